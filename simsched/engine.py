@@ -1,0 +1,186 @@
+"""The simulation driver: one SimPy process per worker running a scheduler over a program of loops."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from .errors import ExecutionError, SimschedError
+from .machine import Machine, load_machine
+from .memory import Memory
+from .result import CHUNK_COLUMNS, Result
+
+STATES = ("compute", "schedule", "sync", "idle")
+
+
+class Loop:
+    """One parallel loop over iterations [0, n): its costs as prefix sums, so any chunk costs O(1)."""
+
+    def __init__(self, costs: Any, serial_ns: float = 0.0, name: str = ""):
+        costs = np.asarray(costs, dtype=float)
+        if costs.ndim != 1 or costs.size == 0:
+            raise SimschedError("a loop needs a non-empty 1-D array of iteration costs")
+        if not np.all(np.isfinite(costs)):
+            raise SimschedError("iteration costs must be finite")
+        if np.any(costs < 0):
+            raise SimschedError("iteration costs must be >= 0")
+        if not np.isfinite(serial_ns) or serial_ns < 0:
+            raise SimschedError("serial time before a loop must be a finite number >= 0")
+        self.n = int(costs.size)
+        self.prefix = np.concatenate(([0.0], np.cumsum(costs)))
+        self.total = float(self.prefix[-1])
+        self.serial_ns = float(serial_ns)
+        self.name = name
+
+    def cost(self, lo: int, hi: int) -> float:
+        """Sequential ns of iterations [lo, hi)."""
+        return float(self.prefix[hi] - self.prefix[lo])
+
+
+class Simulation:
+    """The state of one run: SimPy environment, modeled memory, per-worker accounting and the chunk log."""
+
+    def __init__(self, machine: Machine, threads: int, loops: Sequence[Loop], seed: int = 0):
+        self.machine = machine
+        self.threads = machine.check_threads(threads)
+        self.loops = list(loops)
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self.env = simpy.Environment()
+        self.cores = machine.placement(self.threads)
+        self.costs = machine.costs
+        self.counters: Counter = Counter()
+        self.memory = Memory(self.env, machine.latency[np.ix_(self.cores, self.cores)],
+                             self.costs, machine.serve_ns, self.counters,
+                             machine.transfer_fraction)
+        self.slowdown = [float(x) for x in machine.speed_factors(self.threads)]
+        self.time = {state: [0.0] * self.threads for state in STATES}
+        self._chunks: list[tuple[int, int, int, int, float, float]] = []
+        self.loop_start = [0.0] * len(self.loops)
+        self.loop_end = [0.0] * len(self.loops)
+
+    # Workers index the memory's latency rows by worker number, since worker w sits on cores[w].
+
+    def spend(self, worker: int, state: str, ns: float) -> None:
+        """Account ``ns`` of ``worker``'s time to ``state``."""
+        self.time[state][worker] += ns
+
+    def run_chunks(self, worker: int, loop: int, ranges, start: float) -> float:
+        """Record ``worker`` running the iteration ranges back to back from ``start``; return the end time.
+
+        Each chunk pays the machine's per-chunk dispatch cost, accounted as scheduling.
+        """
+        prefix = self.loops[loop].prefix
+        slow = self.slowdown[worker]
+        dispatch = self.costs["chunk"]
+        t = start
+        busy = 0.0
+        log = self._chunks
+        for lo, hi in ranges:
+            if hi <= lo:
+                continue
+            t += dispatch
+            work = (prefix[hi] - prefix[lo]) * slow
+            log.append((worker, loop, lo, hi, t, t + work))
+            t += work
+            busy += work
+        self.time["compute"][worker] += busy
+        self.time["schedule"][worker] += (t - start) - busy
+        return t
+
+    def until(self, when: float):
+        """A timeout that ends at absolute time ``when``."""
+        delay = when - self.env.now
+        return self.env.timeout(delay if delay > 0 else 0)
+
+    def wait(self, worker: int, state: str, when: float):
+        """Advance ``worker`` to ``when``, accounting the time to ``state``."""
+        self.time[state][worker] += max(when - self.env.now, 0.0)
+        return self.until(when)
+
+    def run(self, scheduler) -> Result:
+        """Simulate the program under ``scheduler`` and return its checked Result."""
+        scheduler.setup(self)
+        env = self.env
+        processes = [env.process(scheduler.worker(self, w)) for w in range(self.threads)]
+        env.run(until=processes[0])
+        makespan = float(env.now)
+        idle = self.time["idle"]
+        for w in range(self.threads):
+            busy = sum(self.time[s][w] for s in STATES if s != "idle")
+            idle[w] = max(makespan - busy, 0.0)
+        chunks = pd.DataFrame(self._chunks, columns=CHUNK_COLUMNS)
+        chunks = chunks.astype({"worker": "int64", "loop": "int64", "lo": "int64", "hi": "int64"})
+        self._verify(chunks)
+        sequential = sum(loop.total + loop.serial_ns for loop in self.loops)
+        return Result(
+            machine=self.machine.name,
+            scheduler=scheduler.spec,
+            workload="",
+            threads=self.threads,
+            seed=self.seed,
+            makespan_ns=makespan,
+            sequential_ns=sequential,
+            state_ns={s: np.asarray(v) for s, v in self.time.items()},
+            chunks=chunks,
+            counters=dict(sorted(self.counters.items())),
+            loop_ns=list(np.diff([0.0] + self.loop_end)),
+            events=next(env._eid),  # SimPy numbers every scheduled event
+        )
+
+    def _verify(self, chunks: pd.DataFrame) -> None:
+        """Raise unless every iteration of every loop ran exactly once."""
+        for index, loop in enumerate(self.loops):
+            rows = chunks[chunks["loop"] == index]
+            runs = np.zeros(loop.n + 1, dtype=np.int64)
+            lo = rows["lo"].to_numpy()
+            hi = rows["hi"].to_numpy()
+            if len(rows) and (lo.min() < 0 or hi.max() > loop.n):
+                raise ExecutionError(f"loop {index}: a chunk lies outside [0, {loop.n})")
+            np.add.at(runs, lo, 1)
+            np.add.at(runs, hi, -1)
+            counts = np.cumsum(runs)[:-1]
+            bad = np.flatnonzero(counts != 1)
+            if bad.size:
+                i = int(bad[0])
+                raise ExecutionError(
+                    f"loop {index}: iteration {i} ran {int(counts[i])} times under {self.__class__.__name__}"
+                    f" ({bad.size} iteration(s) wrong)")
+
+
+def simulate(machine, scheduler, workload, threads: int, seed: int = 0, repeat: int = 1, **params) -> Result:
+    """Simulate one parallel loop: ``machine``, ``scheduler`` and ``workload`` are objects or spec strings.
+
+    ``repeat`` runs the same loop that many times back to back (EPCC style), so the
+    makespan includes how one loop's end overlaps the next one's start.
+    """
+    if isinstance(repeat, bool) or not isinstance(repeat, (int, np.integer)) or repeat < 1:
+        raise SimschedError(f"repeat must be an integer >= 1, got {repeat!r}")
+    return simulate_program(machine, scheduler, [workload], threads, seed=seed, repeat=repeat, **params)
+
+
+def simulate_program(machine, scheduler, workloads, threads: int, seed: int = 0, repeat: int = 1,
+                     **params) -> Result:
+    """Simulate a sequence of parallel loops run back to back by the same workers (``repeat`` times over)."""
+    from .schedulers import get_scheduler
+    from .workloads import get_workload
+
+    machine = load_machine(machine)
+    sched = get_scheduler(scheduler, **params)
+    if isinstance(workloads, (str, np.ndarray)) or hasattr(workloads, "costs"):
+        workloads = [workloads]
+    specs = [get_workload(w) for w in workloads]
+    if not specs:
+        raise SimschedError("a program needs at least one loop")
+    sim = Simulation(machine, threads, [], seed=seed)
+    sim.loops = [Loop(w.costs(sim.rng), serial_ns=w.serial_ns) for w in specs] * int(repeat)
+    sim.loop_start = [0.0] * len(sim.loops)
+    sim.loop_end = [0.0] * len(sim.loops)
+    result = sim.run(sched)
+    result.workload = " ; ".join(w.spec for w in specs)
+    result.repeat = int(repeat)
+    return result

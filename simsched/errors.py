@@ -1,0 +1,9 @@
+"""The error raised for bad user input: files, configs, CLI arguments and parameters."""
+
+
+class SimschedError(Exception):
+    """A problem with what the user asked for, reported as one line without a traceback."""
+
+
+class ExecutionError(SimschedError):
+    """A simulated run broke an invariant (an iteration ran zero or several times)."""

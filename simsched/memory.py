@@ -1,0 +1,172 @@
+"""Modeled shared memory: cache lines whose operations are charged with the machine's core-to-core latencies.
+
+Every shared word a scheduler uses lives on a :class:`Line`. The cost model:
+
+* The machine gives the one-way latency ``lat(a, b)`` as a ping-pong measures it
+  (round trip / 2): the time from a write on core a until core b, spinning on the
+  line, sees it. That is two line transfers: the writer's invalidation of the
+  spinner's copy, then the spinner's re-fetch. One *transfer* is therefore
+  ``lat(a, b) / 2``.
+* A line has a *holder*, the core that last wrote it, and a set of cores that hold a
+  valid copy. Reading it from elsewhere costs one transfer from the holder.
+* Exclusive operations (stores and atomic read-modify-writes) on one line are served
+  first come, first served: each waits until the previous one is done, and an atomic
+  by a core that does not hold the line first pays one transfer from the holder. That
+  queue is where contention comes from.
+* A core spinning on a line learns of a write ``lat(writer, spinner)`` after it
+  becomes visible; the line's source then serves the spinners' re-reads one after
+  another, ``serve_ns`` each (near zero for a snooping broadcast).
+
+Operations are issued at the current simulation time and return the time at which
+they complete, so a caller can fold several costs into one SimPy timeout: the event
+count grows with operations, never with iterations.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from simpy.core import NORMAL
+from simpy.events import Event
+
+
+class Line:
+    """A modeled cache line: one shared word, its holder, its valid copies, and the cores spinning on it."""
+
+    __slots__ = ("name", "value", "holder", "free_at", "sharers", "spinners")
+
+    def __init__(self, name: str, value: Any, home: int):
+        self.name = name
+        self.value = value
+        self.holder = home
+        self.free_at = 0.0
+        self.sharers = {home}
+        self.spinners: list[tuple[int, Callable[[Any], bool], Event]] = []
+
+    def __repr__(self) -> str:
+        return f"Line({self.name!r}, value={self.value!r}, holder={self.holder})"
+
+
+class Memory:
+    """The modeled shared memory of one run: allocates lines and charges their operations."""
+
+    def __init__(self, env, latency, costs: dict[str, float], serve_ns: float, counters,
+                 transfer_fraction: float = 0.5):
+        self.env = env
+        # Nested lists index faster than a NumPy matrix on this hot path.
+        self.lat = [list(map(float, row)) for row in latency]
+        self.transfer = [[x * transfer_fraction for x in row] for row in self.lat]
+        self.atomic_ns = costs["atomic"]
+        self.store_ns = costs["store"]
+        self.serve_ns = serve_ns
+        self.counters = counters
+        self.lines: list[Line] = []
+
+    def line(self, name: str, value: Any = 0, home: int = 0) -> Line:
+        """Allocate a line initially held by core ``home`` (where it was first written)."""
+        line = Line(name, value, home)
+        self.lines.append(line)
+        return line
+
+    # -- plain accesses ---------------------------------------------------------------
+    def read(self, line: Line, core: int) -> tuple[Any, float]:
+        """Read the line from ``core``: (value, completion time)."""
+        now = self.env.now
+        start = line.free_at if line.free_at > now else now
+        if core in line.sharers:
+            return line.value, start
+        line.sharers.add(core)
+        self.counters["transfers"] += 1
+        return line.value, start + self.transfer[line.holder][core]
+
+    def store(self, line: Line, core: int, value: Any, at: float | None = None) -> float:
+        """Write ``value`` from ``core`` (through the store buffer): the writer's completion time.
+
+        ``at`` issues the store later than now, for a writer that has stores queued back to back.
+        """
+        now = self.env.now if at is None else at
+        start = line.free_at if line.free_at > now else now
+        line.value = value
+        line.holder = core
+        line.sharers = {core}
+        line.free_at = start
+        if line.spinners:
+            self._notify(line, core, start)
+        return start + self.store_ns
+
+    # -- atomic read-modify-writes ----------------------------------------------------
+    def rmw(self, line: Line, core: int, update: Callable[[Any], Any]) -> tuple[Any, float]:
+        """Atomically replace the value v by ``update(v)``: (old value, completion time)."""
+        now = self.env.now
+        start = line.free_at if line.free_at > now else now
+        counters = self.counters
+        counters["atomics"] += 1
+        if line.holder != core:
+            counters["transfers"] += 1
+            start += self.transfer[line.holder][core]
+        done = start + self.atomic_ns
+        old = line.value
+        line.value = update(old)
+        line.holder = core
+        line.sharers = {core}
+        line.free_at = done
+        if line.spinners:
+            self._notify(line, core, done)
+        return old, done
+
+    def fetch_add(self, line: Line, core: int, amount: int = 1) -> tuple[Any, float]:
+        """Atomic fetch-and-add: (old value, completion time)."""
+        return self.rmw(line, core, lambda v: v + amount)
+
+    def fetch_or(self, line: Line, core: int, bits: int) -> tuple[Any, float]:
+        """Atomic fetch-and-or: (old value, completion time)."""
+        return self.rmw(line, core, lambda v: v | bits)
+
+    def exchange(self, line: Line, core: int, value: Any) -> tuple[Any, float]:
+        """Atomic exchange: (old value, completion time)."""
+        return self.rmw(line, core, lambda v: value)
+
+    def cas(self, line: Line, core: int, expected: Any, new: Any) -> tuple[bool, Any, float]:
+        """Compare-and-swap: (succeeded, value found, completion time); a failed CAS still owns the line."""
+        old, done = self.rmw(line, core, lambda v: new if v == expected else v)
+        if old != expected:
+            self.counters["cas_failures"] += 1
+        return old == expected, old, done
+
+    # -- spinning ---------------------------------------------------------------------
+    def spin_until(self, line: Line, core: int, ready: Callable[[Any], bool]) -> Event:
+        """An event that fires when ``core``, spinning on the line, sees a value for which ``ready`` holds."""
+        env = self.env
+        event = Event(env)
+        if ready(line.value):
+            value, seen = self.read(line, core)
+            _fire_at(env, event, seen, value)
+        else:
+            line.spinners.append((core, ready, event))
+        return event
+
+    def _notify(self, line: Line, writer: int, visible: float) -> None:
+        """Tell the spinners that a write became visible; those it satisfies re-read the line in turn."""
+        env, lat, serve = self.env, self.lat[writer], self.serve_ns
+        waiting = []
+        served = 0
+        value = line.value
+        for spinner in line.spinners:
+            core, ready, event = spinner
+            if ready(value):
+                line.sharers.add(core)
+                _fire_at(env, event, visible + lat[core] + served * serve, value)
+                served += 1
+            else:
+                waiting.append(spinner)
+        line.spinners = waiting
+        if served:
+            self.counters["transfers"] += served
+
+
+def _fire_at(env, event: Event, when: float, value: Any) -> None:
+    """Trigger ``event`` at absolute time ``when`` (what ``simpy.Timeout`` does, without a new object)."""
+    event._ok = True
+    event._value = value
+    delay = when - env.now
+    env.schedule(event, NORMAL, delay if delay > 0 else 0)

@@ -1,0 +1,92 @@
+"""The outcome of a simulated (or natively measured) run: makespan, time per state, chunk table, counters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+CHUNK_COLUMNS = ["worker", "loop", "lo", "hi", "start", "end"]
+
+
+@dataclass
+class Result:
+    """What a run produced: times in ns, per-worker state times, the chunk table and counters."""
+
+    machine: str
+    scheduler: str
+    workload: str
+    threads: int
+    seed: int
+    makespan_ns: float
+    sequential_ns: float
+    state_ns: dict[str, np.ndarray]
+    chunks: pd.DataFrame
+    counters: dict[str, int]
+    loop_ns: list[float] = field(default_factory=list)
+    events: int = 0
+    repeat: int = 1
+
+    @property
+    def speedup(self) -> float:
+        """Sequential time (no parallel construct) over the parallel makespan."""
+        return self.sequential_ns / self.makespan_ns if self.makespan_ns > 0 else float("inf")
+
+    @property
+    def state_totals(self) -> dict[str, float]:
+        """Total ns over all workers in each state."""
+        return {state: float(times.sum()) for state, times in self.state_ns.items()}
+
+    def states(self) -> pd.DataFrame:
+        """Per-worker time in each state as a DataFrame (rows are workers)."""
+        frame = pd.DataFrame({s: t for s, t in self.state_ns.items()})
+        frame.index.name = "worker"
+        return frame
+
+    def iteration_owner(self, loop: int = 0) -> np.ndarray:
+        """The worker that ran each iteration of ``loop``."""
+        rows = self.chunks[self.chunks["loop"] == loop]
+        n = int(rows["hi"].max()) if len(rows) else 0
+        owner = np.full(n, -1, dtype=np.int64)
+        for worker, lo, hi in zip(rows["worker"], rows["lo"], rows["hi"]):
+            owner[lo:hi] = worker
+        return owner
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary (the chunk table is left out; write it with ``chunks.to_csv``)."""
+        return {
+            "machine": self.machine,
+            "scheduler": self.scheduler,
+            "workload": self.workload,
+            "threads": self.threads,
+            "seed": self.seed,
+            "makespan_ns": self.makespan_ns,
+            "sequential_ns": self.sequential_ns,
+            "speedup": self.speedup,
+            "state_ns": self.state_totals,
+            "counters": dict(self.counters),
+            "chunks": int(len(self.chunks)),
+            "repeat": self.repeat,
+            "loop_ns": [float(x) for x in self.loop_ns],
+            "events": self.events,
+        }
+
+    def summary(self) -> str:
+        """A short human-readable report."""
+        lines = [
+            f"{self.scheduler} on {self.machine}, {self.threads} thread(s), workload {self.workload}, seed {self.seed}",
+            f"  makespan     {self.makespan_ns / 1e3:14.3f} us",
+            f"  sequential   {self.sequential_ns / 1e3:14.3f} us",
+            f"  speedup      {self.speedup:14.3f}",
+            f"  chunks       {len(self.chunks):14d}",
+        ]
+        total = self.makespan_ns * self.threads
+        lines.append("  time per state (all workers):")
+        for state, ns in self.state_totals.items():
+            share = 100 * ns / total if total else 0.0
+            lines.append(f"    {state:<10} {ns / 1e3:14.3f} us  {share:5.1f}%")
+        if self.counters:
+            lines.append("  counters: " + ", ".join(f"{k}={v}" for k, v in sorted(self.counters.items())))
+        return "\n".join(lines)

@@ -1,0 +1,81 @@
+"""The scheduler interface and the fork-join loop skeleton most schedulers share."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ..spec import Param, format_spec, resolve_params
+
+
+class Scheduler:
+    """A parallel-loop scheduling algorithm; ``worker`` is the SimPy process each worker runs."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    PARAMS: ClassVar[dict[str, Param]] = {}
+
+    def __init__(self, **params: Any):
+        self.params = resolve_params(f"scheduler {self.name}", self.PARAMS, params)
+
+    @property
+    def spec(self) -> str:
+        """The canonical ``name:key=value`` string, listing parameters that differ from defaults."""
+        changed = {k: v for k, v in self.params.items() if v != self.PARAMS[k].default}
+        return format_spec(self.name, changed)
+
+    def setup(self, sim) -> None:
+        """Allocate the run's shared lines before the workers start."""
+
+    def worker(self, sim, w: int):
+        raise NotImplementedError
+
+
+class ForkJoin(Scheduler):
+    """A master-driven loop: the master publishes each loop, workers run their share, the master waits for all.
+
+    Subclasses give the start and end synchronization (``fork``, ``join``) and how a
+    worker gets its iterations (``share``).
+    """
+
+    def setup(self, sim) -> None:
+        # The loop descriptor (body, bounds, schedule) the master writes and every worker reads.
+        self.descriptor = sim.memory.line("loop.descriptor", -1, home=0)
+        # Reduction views, when the loop has a reduction (subclasses decide how they are combined).
+        self.views = None
+
+    def worker(self, sim, w: int):
+        for index, loop in enumerate(sim.loops):
+            if w == 0:
+                if loop.serial_ns:
+                    yield sim.wait(0, "compute", sim.env.now + loop.serial_ns * sim.slowdown[0])
+                sim.loop_start[index] = sim.env.now
+                self.prepare(sim, index)
+                t = sim.env.now + sim.costs["loop_setup"]
+                t = sim.memory.store(self.descriptor, 0, index, at=t)
+                yield sim.wait(0, "schedule", t)
+            yield from self.fork(sim, w)
+            _, t = sim.memory.read(self.descriptor, w)
+            yield sim.wait(w, "schedule", t)
+            yield from self.share(sim, w, index)
+            if self.views is not None:
+                yield sim.wait(w, "sync", self.views.publish(w))
+            yield from self.join(sim, w)
+            if w == 0:
+                sim.loop_end[index] = sim.env.now
+
+    def prepare(self, sim, index: int) -> None:
+        """Master-side set-up of loop ``index`` before it is published."""
+
+    def fork(self, sim, w: int):
+        raise NotImplementedError
+
+    def join(self, sim, w: int):
+        raise NotImplementedError
+
+    def share(self, sim, w: int, index: int):
+        raise NotImplementedError
+
+
+def block(n: int, threads: int, w: int) -> tuple[int, int]:
+    """Worker ``w``'s contiguous, near-equal block of [0, n)."""
+    return (w * n) // threads, ((w + 1) * n) // threads

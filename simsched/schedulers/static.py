@@ -1,0 +1,63 @@
+"""OpenMP-style fork-join static scheduling: full fork and join barriers around precomputed blocks."""
+
+from __future__ import annotations
+
+from ..spec import Param
+from .barriers import BARRIERS, Views, make_barrier
+from .base import ForkJoin, block
+
+REDUCTIONS = ("none", "sequential", "tree-barrier")
+BARRIER_PARAM = Param("barrier", str, "hyper", choices=BARRIERS,
+                      help="barrier algorithm (hyper: Intel's default, branching factor 4)")
+
+
+class FullBarriers(ForkJoin):
+    """A fork-join loop between full fork and join barriers, with OpenMP's reduction options."""
+
+    def setup(self, sim) -> None:
+        super().setup(sim)
+        kind = self.params["barrier"]
+        reduction = self.params.get("reduction", "none")
+        self.barrier = make_barrier(kind, sim)
+        if reduction != "none":
+            self.views = Views(sim)
+        if reduction == "tree-barrier":
+            # Intel-style: one more barrier whose join phase combines the views pairwise.
+            tree_kind = kind if kind in ("tree", "hyper", "numa") else "tree"
+            self.reducer = make_barrier(tree_kind, sim, self.views)
+
+    def fork(self, sim, w):
+        yield from self.barrier.full(w)
+
+    def join(self, sim, w):
+        yield from self.barrier.full(w)
+        reduction = self.params.get("reduction", "none")
+        if reduction == "sequential" and w == 0:
+            yield from self.views.combine_all(w)
+        elif reduction == "tree-barrier":
+            yield from self.reducer.full(w)
+
+
+class OmpStatic(FullBarriers):
+    """Blocks (or round-robin chunks) per worker between a full fork barrier and a full join barrier."""
+
+    name = "omp-static"
+    summary = "OpenMP static: blocks between full fork and join barriers"
+    PARAMS = {
+        "chunk": Param("chunk", int, 0, lambda v: v >= 0, ">= 0",
+                       help="round-robin chunks of this many iterations (0: one near-equal block per worker)"),
+        "barrier": BARRIER_PARAM,
+        "reduction": Param("reduction", str, "none", choices=REDUCTIONS,
+                           help="sequential: master combines after the join (GCC); "
+                                "tree-barrier: an extra combining tree barrier (Intel)"),
+    }
+
+    def share(self, sim, w, index):
+        loop = sim.loops[index]
+        chunk = self.params["chunk"]
+        if chunk:
+            step = chunk * sim.threads
+            ranges = ((lo, min(lo + chunk, loop.n)) for lo in range(w * chunk, loop.n, step))
+        else:
+            ranges = [block(loop.n, sim.threads, w)]
+        yield sim.until(sim.run_chunks(w, index, ranges, sim.env.now))

@@ -1,0 +1,209 @@
+"""The workload registry: generators of per-iteration costs (ns), named by ``name:key=value`` specs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..errors import SimschedError
+from ..spec import Param, format_spec, parse_spec, resolve_params
+
+_N = Param("n", int, 1000, lambda v: v >= 1, ">= 1", help="number of iterations")
+_FINITE_NON_NEGATIVE = (lambda v: v >= 0, ">= 0")
+
+
+def _cost(name, default, help=""):
+    return Param(name, float, default, *_FINITE_NON_NEGATIVE, help=help)
+
+
+class Workload:
+    """A parallel loop's iteration costs in ns, drawn from the run's seeded generator."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    PARAMS: ClassVar[dict[str, Param]] = {}
+
+    def __init__(self, **params: Any):
+        self.given = dict(params)
+        self.params = resolve_params(f"workload {self.name}", self.PARAMS, params)
+        self.serial_ns = 0.0
+        self.check()
+
+    def check(self) -> None:
+        """Cross-parameter validation."""
+
+    @property
+    def spec(self) -> str:
+        return format_spec(self.name, {k: self.params[k] for k in self.given})
+
+    def costs(self, rng: np.random.Generator) -> np.ndarray:
+        costs = np.asarray(self.generate(rng), dtype=float)
+        if not np.all(np.isfinite(costs)):
+            raise SimschedError(f"workload {self.spec}: iteration costs must be finite")
+        if np.any(costs < 0):
+            raise SimschedError(f"workload {self.spec}: iteration costs must be >= 0")
+        return costs
+
+    def generate(self, rng: np.random.Generator) -> np.ndarray:
+        raise NotImplementedError
+
+
+class UForall(Workload):
+    """Equal iterations (the uforall micro-benchmark): ``cost_ns`` each, or ``total_us`` for the loop."""
+
+    name = "uforall"
+    summary = "n equal iterations of cost_ns each (or total_us for the whole loop)"
+    PARAMS = {"n": _N, "cost_ns": _cost("cost_ns", 1000.0, "ns per iteration"),
+              "total_us": Param("total_us", float, 0.0, *_FINITE_NON_NEGATIVE,
+                                help="sequential time of the whole loop (overrides cost_ns)")}
+
+    def check(self):
+        if "cost_ns" in self.given and "total_us" in self.given:
+            raise SimschedError("workload uforall: give either cost_ns or total_us, not both")
+
+    def generate(self, rng):
+        n = self.params["n"]
+        each = self.params["total_us"] * 1e3 / n if "total_us" in self.given else self.params["cost_ns"]
+        return np.full(n, each)
+
+
+class Uniform(Workload):
+    name = "uniform"
+    summary = "costs uniform in [low_ns, high_ns)"
+    PARAMS = {"n": _N, "low_ns": _cost("low_ns", 0.0), "high_ns": _cost("high_ns", 2000.0)}
+
+    def check(self):
+        if self.params["high_ns"] < self.params["low_ns"]:
+            raise SimschedError("workload uniform: high_ns must be >= low_ns")
+
+    def generate(self, rng):
+        p = self.params
+        return rng.uniform(p["low_ns"], p["high_ns"], p["n"])
+
+
+class Normal(Workload):
+    name = "normal"
+    summary = "normally distributed costs (mean_ns, std_ns), clipped at 0"
+    PARAMS = {"n": _N, "mean_ns": _cost("mean_ns", 1000.0), "std_ns": _cost("std_ns", 250.0)}
+
+    def generate(self, rng):
+        p = self.params
+        return np.clip(rng.normal(p["mean_ns"], p["std_ns"], p["n"]), 0.0, None)
+
+
+class Linear(Workload):
+    name = "linear"
+    summary = "a ramp from first_ns to last_ns"
+    PARAMS = {"n": _N, "first_ns": _cost("first_ns", 0.0), "last_ns": _cost("last_ns", 2000.0)}
+
+    def generate(self, rng):
+        p = self.params
+        return np.linspace(p["first_ns"], p["last_ns"], p["n"])
+
+
+class ExpIncreasing(Workload):
+    """The iCh synth generator: exponential samples with scale beta, sorted ascending."""
+
+    name = "exp-inc"
+    summary = "exponential(beta) samples x unit_ns, sorted ascending (iCh synth)"
+    descending = False
+    PARAMS = {"n": _N,
+              "beta": Param("beta", float, 1e6, lambda v: v > 0, "> 0", help="exponential scale"),
+              "unit_ns": Param("unit_ns", float, 1e-3, lambda v: v > 0, "> 0",
+                               help="ns per unit of sampled work (default: mean 1 us per iteration)")}
+
+    def generate(self, rng):
+        p = self.params
+        costs = np.sort(rng.exponential(p["beta"], p["n"])) * p["unit_ns"]
+        return costs[::-1] if self.descending else costs
+
+
+class ExpDecreasing(ExpIncreasing):
+    name = "exp-dec"
+    summary = "exponential(beta) samples x unit_ns, sorted descending (iCh synth)"
+    descending = True
+
+
+class FileCosts(Workload):
+    """Per-iteration costs in ns from a CSV (one column, or a ``cost_ns`` column) or a .npy file."""
+
+    name = "file"
+    summary = "costs in ns from path=FILE.csv or FILE.npy"
+    PARAMS = {"path": Param("path", str, "", help="CSV or .npy file of costs in ns")}
+
+    def check(self):
+        if not self.params["path"]:
+            raise SimschedError("workload file: parameter path= is required")
+
+    def generate(self, rng):
+        path = Path(self.params["path"])
+        if not path.is_file():
+            raise SimschedError(f"workload file: no such file {path}")
+        try:
+            if path.suffix == ".npy":
+                costs = np.load(path, allow_pickle=False)
+            else:
+                import pandas as pd
+                frame = pd.read_csv(path)
+                if "cost_ns" in frame.columns:
+                    costs = frame["cost_ns"].to_numpy()
+                elif frame.shape[1] == 1:
+                    costs = pd.read_csv(path, header=None).iloc[:, 0].to_numpy() \
+                        if _is_number(frame.columns[0]) else frame.iloc[:, 0].to_numpy()
+                else:
+                    raise SimschedError(f"workload file: {path} needs one column or a cost_ns column")
+            costs = np.asarray(costs, dtype=float).ravel()
+        except SimschedError:
+            raise
+        except Exception as exc:  # unreadable or non-numeric data
+            raise SimschedError(f"workload file: cannot read costs from {path}: {exc}".splitlines()[0]) from None
+        if costs.size == 0:
+            raise SimschedError(f"workload file: {path} holds no costs")
+        return costs
+
+
+def _is_number(text) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+class ArrayWorkload(Workload):
+    """Costs given directly as an array (API use)."""
+
+    name = "array"
+
+    def __init__(self, costs):
+        self._costs = np.asarray(costs, dtype=float)
+        self.given, self.params, self.serial_ns = {}, {}, 0.0
+
+    @property
+    def spec(self):
+        return f"array:n={self._costs.size}"
+
+    def generate(self, rng):
+        return self._costs
+
+
+REGISTRY: dict[str, type[Workload]] = {
+    cls.name: cls for cls in (UForall, Uniform, Normal, Linear, ExpIncreasing, ExpDecreasing, FileCosts)
+}
+
+
+def get_workload(spec: "str | Workload | np.ndarray", **params: Any) -> Workload:
+    """A workload from a ``name:key=value,...`` spec, a Workload, or an array of costs."""
+    if isinstance(spec, Workload):
+        return spec
+    if isinstance(spec, (np.ndarray, list, tuple)):
+        return ArrayWorkload(spec)
+    name, given = parse_spec(spec, "workload")
+    if name not in REGISTRY:
+        raise SimschedError(f"unknown workload {name!r} (known: {', '.join(REGISTRY)})")
+    return REGISTRY[name](**{**given, **params})
+
+
+__all__ = ["REGISTRY", "Workload", "get_workload"]

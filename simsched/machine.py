@@ -37,6 +37,7 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "base_ghz": _key(float, check=_POSITIVE),
         "turbo_max_ghz": _key(float, False, _POSITIVE),
         "turbo_all_ghz": _key(float, False, _POSITIVE),
+        "all_core_throughput": _key(float, False, (lambda v: 0 < v <= 1, "in (0, 1]")),
     },
     "latency_ns": {
         "smt": _key(float, False),
@@ -165,20 +166,25 @@ class Machine:
     def speed_factors(self, threads: int) -> np.ndarray:
         """Time per ns of sequential work on each worker's core, given how many cores of its socket are busy.
 
-        Sequential time is measured on one busy core at the single-core turbo clock;
-        with more busy cores in a socket the clock drops toward the all-core turbo.
+        Sequential time is measured on one busy core at the single-core turbo clock.
+        With more busy cores in a socket the clock drops toward the all-core turbo, and
+        each core's throughput drops toward ``all_core_throughput`` (cores sharing the
+        socket's caches, ring and memory controllers); both are interpolated linearly
+        in the number of busy cores.
         """
         clock = self.data["clock"]
         top = clock.get("turbo_max_ghz", clock["base_ghz"])
         allcore = clock.get("turbo_all_ghz", top)
+        shared = clock.get("all_core_throughput", 1.0)
         cores = self.placement(threads)
         busy = np.bincount([self.socket_of(c) for c in cores], minlength=self.sockets)
         span = max(self.cores_per_socket - 1, 1)
         factors = np.empty(len(cores))
         for w, core in enumerate(cores):
-            n = busy[self.socket_of(core)]
-            ghz = top + (allcore - top) * (n - 1) / span
-            factors[w] = top / ghz
+            share = (busy[self.socket_of(core)] - 1) / span
+            ghz = top + (allcore - top) * share
+            throughput = 1.0 + (shared - 1.0) * share
+            factors[w] = top / ghz / throughput
         return factors
 
     # -- what-if variants ------------------------------------------------------------

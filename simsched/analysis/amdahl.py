@@ -1,0 +1,78 @@
+"""Amdahl burden fit: the scheduling burden d in S(T) = T / (d + T/P), fitted to measured speedups."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize, stats
+
+from ..errors import SimschedError
+
+
+@dataclass(frozen=True)
+class BurdenFit:
+    """A fitted burden d (us) with its 95% confidence half-width and the loop durations for given speedups."""
+
+    threads: int
+    d_us: float
+    d_ci_us: float
+    t05_us: float
+    t50_us: float
+    t95_us: float
+    peak_speedup: float
+    points: int
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def amdahl_speedup(t_us, d_us: float, threads: int):
+    """Speedup of a loop of sequential duration T (us) with burden d on P threads."""
+    t = np.asarray(t_us, dtype=float)
+    return t / (d_us + t / threads)
+
+
+def fit_burden(t_us, speedup, threads: int) -> BurdenFit:
+    """Least-squares fit of d in S(T) = T/(d + T/P) to (T, S) points, as the E1 publication fits it."""
+    t = np.asarray(t_us, dtype=float)
+    s = np.asarray(speedup, dtype=float)
+    keep = np.isfinite(t) & np.isfinite(s) & (t > 0) & (s > 0)
+    t, s = t[keep], s[keep]
+    if t.size < 2:
+        raise SimschedError(f"need at least two loop durations to fit a burden, got {t.size}")
+    if threads < 1:
+        raise SimschedError(f"threads must be >= 1 to fit a burden, got {threads}")
+    # A closed-form start: each point alone gives d = T/S - T/P.
+    start = max(float(np.median(t / s - t / threads)), 1e-6)
+    params, cov = optimize.curve_fit(lambda x, d: amdahl_speedup(x, d, threads), t, s,
+                                     p0=[start], bounds=(0.0, np.inf), maxfev=10000)
+    d = float(params[0])
+    dof = max(t.size - 1, 1)
+    half_width = float(stats.t.ppf(0.975, dof) * np.sqrt(cov[0, 0])) if np.isfinite(cov[0, 0]) else float("nan")
+    peak = float(s.max())
+    return BurdenFit(threads=threads, d_us=d, d_ci_us=half_width,
+                     t05_us=duration_for(t, s, 0.05 * peak),
+                     t50_us=duration_for(t, s, 0.50 * peak),
+                     t95_us=duration_for(t, s, 0.95 * peak),
+                     peak_speedup=peak, points=int(t.size))
+
+
+def duration_for(t_us, speedup, target: float) -> float:
+    """The shortest loop duration at which the measured speedup curve reaches ``target``.
+
+    Interpolated in log T between the two sweep points that bracket the first crossing.
+    """
+    t = np.asarray(t_us, dtype=float)
+    s = np.asarray(speedup, dtype=float)
+    order = np.argsort(t)
+    t, s = t[order], s[order]
+    above = np.flatnonzero(s >= target)
+    if above.size == 0:
+        return float("nan")
+    i = int(above[0])
+    if i == 0:
+        return float(t[0])
+    t0, t1, s0, s1 = t[i - 1], t[i], s[i - 1], s[i]
+    frac = (target - s0) / (s1 - s0) if s1 != s0 else 1.0
+    return float(np.exp(np.log(t0) + frac * (np.log(t1) - np.log(t0))))

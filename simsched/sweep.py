@@ -1,0 +1,277 @@
+"""Experiment sweeps: a TOML config expanded into a factorial grid of runs, run in parallel into a tidy table.
+
+Each run records its resolved parameters, its outcome (or the error that stopped it)
+and its wall time, so a failed point is a row like any other, not the end of the sweep.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import shutil
+import time
+import tomllib
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .errors import SimschedError
+from .spec import format_spec, parse_spec
+
+AXES = ("machine", "scheduler", "threads", "workload", "seed", "repeat")
+_SECTIONS = {"experiment", "grid", "fit"}
+_EXPERIMENT_KEYS = {"name", "description", "jobs"}
+_FIT_KEYS = {"published_d_us", "threads", "source"}
+
+
+@dataclass
+class Experiment:
+    """A parsed experiment config: its name, the grid of runs and optional published burdens."""
+
+    name: str
+    description: str
+    points: list[dict[str, Any]]
+    published_d_us: dict[str, float] = field(default_factory=dict)
+    source: str = ""
+    path: Path | None = None
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Read and validate an experiment TOML file, naming the bad key on error."""
+    path = Path(path)
+    if not path.is_file():
+        raise SimschedError(f"experiment file not found: {path}")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SimschedError(f"{path}: not valid TOML: {exc}") from None
+    return parse_experiment(data, str(path), path)
+
+
+def parse_experiment(data: dict[str, Any], source: str = "<config>", path: Path | None = None) -> Experiment:
+    """Validate an experiment config (as parsed from TOML) and expand its grid."""
+    for key in data:
+        if key not in _SECTIONS:
+            raise SimschedError(f"{source}: unknown section or key {key!r} (expected {', '.join(sorted(_SECTIONS))})")
+        if not isinstance(data[key], dict):
+            raise SimschedError(f"{source}: {key} must be a table")
+    meta = data.get("experiment", {})
+    for key in meta:
+        if key not in _EXPERIMENT_KEYS:
+            raise SimschedError(f"{source}: unknown key experiment.{key}")
+    name = meta.get("name", Path(source).stem)
+    if not isinstance(name, str) or not name.strip():
+        raise SimschedError(f"{source}: experiment.name must be a non-empty string")
+    if "grid" not in data:
+        raise SimschedError(f"{source}: missing section [grid]")
+    points = expand_grid(data["grid"], source)
+    fit = data.get("fit", {})
+    for key in fit:
+        if key not in _FIT_KEYS:
+            raise SimschedError(f"{source}: unknown key fit.{key}")
+    published = fit.get("published_d_us", {})
+    if not isinstance(published, dict):
+        raise SimschedError(f"{source}: fit.published_d_us must be a table of scheduler = d")
+    for sched, value in published.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise SimschedError(f"{source}: fit.published_d_us.{sched} must be a number > 0, got {value!r}")
+    return Experiment(name=name.strip(), description=str(meta.get("description", "")), points=points,
+                      published_d_us={k: float(v) for k, v in published.items()},
+                      source=str(fit.get("source", "")), path=path)
+
+
+def _values(key: str, value: Any, source: str) -> list[Any]:
+    """The list of values one grid axis takes: a scalar, a list, or {logspace|linspace = [a, b], num = n}."""
+    where = f"{source}: grid.{key}"
+    if isinstance(value, dict):
+        unknown = set(value) - {"logspace", "linspace", "num", "round"}
+        if unknown:
+            raise SimschedError(f"{where}: unknown key {sorted(unknown)[0]!r} (use logspace or linspace, num)")
+        kinds = [k for k in ("logspace", "linspace") if k in value]
+        if len(kinds) != 1:
+            raise SimschedError(f"{where}: give exactly one of logspace = [a, b] or linspace = [a, b]")
+        bounds = value[kinds[0]]
+        num = value.get("num")
+        if (not isinstance(bounds, list) or len(bounds) != 2
+                or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b)
+                           for b in bounds)):
+            raise SimschedError(f"{where}.{kinds[0]} must be two finite numbers [a, b]")
+        if isinstance(num, bool) or not isinstance(num, int) or num < 1:
+            raise SimschedError(f"{where}.num must be an integer >= 1")
+        if kinds[0] == "logspace":
+            if min(bounds) <= 0:
+                raise SimschedError(f"{where}.logspace bounds must be > 0")
+            values = np.logspace(math.log10(bounds[0]), math.log10(bounds[1]), num)
+        else:
+            values = np.linspace(bounds[0], bounds[1], num)
+        digits = value.get("round", 6)
+        return [float(f"{v:.{digits}g}") for v in values]
+    if isinstance(value, list):
+        if not value:
+            raise SimschedError(f"{where} is an empty list")
+        return list(value)
+    return [value]
+
+
+def expand_grid(grid: dict[str, Any], source: str = "<config>") -> list[dict[str, Any]]:
+    """All combinations of the grid's axes, as resolved run configs (spec strings carry their parameters)."""
+    for required in ("machine", "scheduler", "threads", "workload"):
+        if required not in grid:
+            raise SimschedError(f"{source}: missing key grid.{required}")
+    axes: dict[str, list[Any]] = {}
+    extra: dict[str, tuple[str, str, list[Any]]] = {}
+    for key, value in grid.items():
+        base, dot, param = key.partition(".")
+        if dot:
+            if base not in ("scheduler", "workload") or not param:
+                raise SimschedError(f"{source}: unknown key grid.{key} (parameter axes are scheduler.X or workload.X)")
+            extra[key] = (base, param, _values(key, value, source))
+        elif key in AXES:
+            axes[key] = _values(key, value, source)
+        else:
+            raise SimschedError(f"{source}: unknown key grid.{key} (known: {', '.join(AXES)})")
+    for key in ("threads", "seed", "repeat"):
+        for v in axes.get(key, []):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise SimschedError(f"{source}: grid.{key} values must be integers, got {v!r}")
+    for key in ("machine", "scheduler", "workload"):
+        for v in axes[key]:
+            if not isinstance(v, str):
+                raise SimschedError(f"{source}: grid.{key} values must be strings, got {v!r}")
+    axes.setdefault("seed", [0])
+    axes.setdefault("repeat", [1])
+    names = list(axes) + list(extra)
+    pools = [axes[n] for n in axes] + [extra[n][2] for n in extra]
+    points = []
+    for combo in itertools.product(*pools):
+        point = dict(zip(names, combo))
+        for key in extra:
+            base, param, _ = extra[key]
+            name, params = parse_spec(point[base], base)
+            params[param] = point.pop(key)
+            point[base] = format_spec(name, params)
+        points.append({k: point[k] for k in AXES})
+    _check_specs(points, source)
+    return points
+
+
+def _check_specs(points, source):
+    """Reject unknown schedulers, workloads, machines and parameters before anything runs."""
+    from .machine import load_machine
+    from .schedulers import get_scheduler
+    from .workloads import get_workload
+
+    seen: set[tuple[str, str]] = set()
+    for point in points:
+        for kind, build in (("machine", load_machine), ("scheduler", get_scheduler), ("workload", get_workload)):
+            key = (kind, point[kind])
+            if key in seen:
+                continue
+            seen.add(key)
+            try:
+                build(point[kind])
+            except SimschedError as exc:
+                raise SimschedError(f"{source}: grid.{kind}: {exc}") from None
+
+
+def run_point(point: dict[str, Any]) -> dict[str, Any]:
+    """Run one grid point; never raises: errors become the row's ``error``."""
+    from .engine import simulate
+
+    row: dict[str, Any] = dict(point)
+    start = time.perf_counter()
+    try:
+        result = simulate(point["machine"], point["scheduler"], point["workload"], point["threads"],
+                          seed=point["seed"], repeat=point["repeat"])
+        row.update(makespan_ns=result.makespan_ns, sequential_ns=result.sequential_ns,
+                   speedup=result.speedup, chunks=len(result.chunks), events=result.events)
+        for state, ns in result.state_totals.items():
+            row[f"state_{state}_ns"] = ns
+        for name, count in result.counters.items():
+            row[f"counter_{name}"] = count
+        row["error"] = ""
+    except Exception as exc:  # a failed point is recorded, not fatal
+        row["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    row["wall_s"] = time.perf_counter() - start
+    return row
+
+
+def run_sweep(experiment: Experiment, jobs: int | None = None, progress: bool = True) -> pd.DataFrame:
+    """Run every point of ``experiment`` over local processes; one row per run, in grid order."""
+    points = experiment.points
+    jobs = max(1, jobs or os.cpu_count() or 1)
+    bar = _progress(len(points), experiment.name, progress)
+    rows: list[dict[str, Any]] = [None] * len(points)  # type: ignore[list-item]
+    try:
+        if jobs == 1 or len(points) == 1:
+            for i, point in enumerate(points):
+                rows[i] = run_point(point)
+                bar.update(1)
+        else:
+            with ProcessPoolExecutor(max_workers=jobs) as pool:
+                chunksize = max(1, len(points) // (jobs * 8))
+                for i, row in enumerate(pool.map(run_point, points, chunksize=chunksize)):
+                    rows[i] = row
+                    bar.update(1)
+    finally:
+        bar.close()
+    frame = pd.DataFrame(rows)
+    frame.insert(0, "experiment", experiment.name)
+    return frame
+
+
+def _progress(total, name, enabled):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=name, unit="run", disable=not enabled, leave=False)
+
+
+def write_table(frame: pd.DataFrame, path: Path) -> Path:
+    """Write a results table as CSV or Parquet (by suffix), atomically: no half-written file is left behind."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    try:
+        if path.suffix == ".parquet":
+            try:
+                frame.to_parquet(partial, index=False)
+            except ImportError:
+                raise SimschedError("writing Parquet needs pyarrow (pip install 'simsched[parquet]')") from None
+        else:
+            frame.to_csv(partial, index=False)
+        os.replace(partial, path)
+    finally:
+        if partial.exists():
+            partial.unlink()
+    return path
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """Read a results table written by a sweep (CSV or Parquet)."""
+    path = Path(path)
+    if path.is_dir():
+        found = [p for p in (path / "results.parquet", path / "results.csv") if p.is_file()]
+        if not found:
+            raise SimschedError(f"no results.csv or results.parquet in {path}")
+        path = found[0]
+    if not path.is_file():
+        raise SimschedError(f"results file not found: {path}")
+    try:
+        if path.suffix == ".parquet":
+            return pd.read_parquet(path)
+        return pd.read_csv(path, keep_default_na=False, na_values=[""])
+    except Exception as exc:
+        raise SimschedError(f"cannot read results from {path}: {exc}".splitlines()[0]) from None
+
+
+def save_experiment(experiment: Experiment, out: Path) -> None:
+    """Keep a copy of the config next to its results, so ``fit`` can find the published values."""
+    if experiment.path is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        if experiment.path.resolve() != (out / "experiment.toml").resolve():
+            shutil.copyfile(experiment.path, out / "experiment.toml")

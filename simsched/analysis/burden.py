@@ -1,0 +1,66 @@
+"""Burden tables from sweep results: one Amdahl fit per (machine, scheduler, threads)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..errors import SimschedError
+from .amdahl import fit_burden
+
+KEYS = ["machine", "scheduler", "threads"]
+
+
+def loop_durations_us(results: pd.DataFrame) -> pd.Series:
+    """Sequential duration of one loop (us): a row's sequential time over its repetitions."""
+    repeat = results["repeat"] if "repeat" in results else 1
+    return results["sequential_ns"] / repeat / 1e3
+
+
+def burden_table(results: pd.DataFrame, published: dict[str, float] | None = None) -> pd.DataFrame:
+    """Fit d for every (machine, scheduler, threads) group of successful runs; add published d where known."""
+    missing = [c for c in KEYS + ["sequential_ns", "speedup"] if c not in results.columns]
+    if missing:
+        raise SimschedError(f"results table lacks column {missing[0]!r}: is it a sweep's results?")
+    ok = results
+    if "error" in results.columns:
+        ok = results[results["error"].fillna("").astype(str) == ""]
+    if ok.empty:
+        raise SimschedError("no successful runs to fit")
+    ok = ok.assign(t_us=loop_durations_us(ok))
+    rows = []
+    for (machine, scheduler, threads), group in ok.groupby(KEYS, sort=False):
+        curve = group.groupby("t_us")["speedup"].mean()
+        if len(curve) < 2:
+            continue
+        fit = fit_burden(curve.index.to_numpy(), curve.to_numpy(), int(threads))
+        row = {"machine": machine, "scheduler": scheduler, "threads": int(threads)}
+        row.update({k: v for k, v in fit.to_dict().items() if k != "threads"})
+        if published is not None:
+            row["published_d_us"] = published.get(scheduler, np.nan)
+            row["d_vs_published"] = row["d_us"] / row["published_d_us"] - 1.0
+        rows.append(row)
+    if not rows:
+        raise SimschedError("every group has fewer than two loop durations: nothing to fit")
+    return pd.DataFrame(rows)
+
+
+def format_burden_table(table: pd.DataFrame) -> str:
+    """A fixed-width text rendering of a burden table."""
+    has_pub = "published_d_us" in table.columns
+    head = f"{'machine':<18} {'scheduler':<22} {'P':>3} {'d (us)':>9} {'95% CI':>8} " \
+           f"{'t05 (us)':>9} {'t50 (us)':>9} {'t95 (us)':>9} {'peak':>6}"
+    if has_pub:
+        head += f" {'published':>9} {'error':>7}"
+    lines = [head, "-" * len(head)]
+    for row in table.itertuples(index=False):
+        line = (f"{row.machine:<18} {row.scheduler:<22} {row.threads:>3} {row.d_us:>9.2f} "
+                f"{row.d_ci_us:>8.2f} {row.t05_us:>9.2f} {row.t50_us:>9.1f} {row.t95_us:>9.0f} "
+                f"{row.peak_speedup:>6.1f}")
+        if has_pub:
+            if np.isfinite(row.published_d_us):
+                line += f" {row.published_d_us:>9.2f} {100 * row.d_vs_published:>+6.0f}%"
+            else:
+                line += f" {'-':>9} {'-':>7}"
+        lines.append(line)
+    return "\n".join(lines)

@@ -1,0 +1,50 @@
+"""Plots of sweep results: speedup against loop duration, one curve per scheduler."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ..errors import SimschedError
+from .amdahl import amdahl_speedup
+from .burden import burden_table, loop_durations_us
+
+
+def plot_speedup(results: pd.DataFrame, out: str | Path | None = None, ax=None, fitted: bool = True):
+    """Speedup vs sequential loop duration (log x) per (machine, scheduler, threads), with the fitted Amdahl curves."""
+    import matplotlib
+
+    if ax is None and out is not None:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = results[results["error"].fillna("").astype(str) == ""] if "error" in results else results
+    if ok.empty:
+        raise SimschedError("no successful runs to plot")
+    ok = ok.assign(t_us=loop_durations_us(ok))
+    own = ax is None
+    if own:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+    fits = burden_table(ok).set_index(["machine", "scheduler", "threads"]) if fitted else None
+    several_machines = ok["machine"].nunique() > 1
+    for (machine, scheduler, threads), group in ok.groupby(["machine", "scheduler", "threads"], sort=False):
+        curve = group.groupby("t_us")["speedup"].mean()
+        label = f"{scheduler} (P={threads})" + (f" on {machine}" if several_machines else "")
+        if fits is not None and (machine, scheduler, threads) in fits.index:
+            d = fits.loc[(machine, scheduler, threads), "d_us"]
+            label += f", d={d:.2f} us"
+        (line,) = ax.plot(curve.index, curve.values, "o-", ms=3, label=label)
+        if fits is not None and (machine, scheduler, threads) in fits.index:
+            ax.plot(curve.index, amdahl_speedup(curve.index, d, int(threads)), ":", color=line.get_color(), lw=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("sequential loop duration T (us)")
+    ax.set_ylabel("speedup")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("speedup vs loop duration (dotted: fitted T/(d + T/P))", fontsize=9)
+    if own and out is not None:
+        fig.tight_layout()
+        fig.savefig(out, dpi=120)
+        plt.close(fig)
+    return ax

@@ -1,0 +1,214 @@
+"""The ``simsched`` command line: run, sweep, fit, plot and machines."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from .errors import SimschedError
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="simsched", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    run = sub.add_parser("run", help="simulate one parallel loop")
+    run.add_argument("--machine", required=True, help="built-in machine name or machine TOML file")
+    run.add_argument("--scheduler", required=True, help="scheduler spec, e.g. omp-guided:chunk=2")
+    run.add_argument("--threads", required=True, type=_positive_int, help="number of workers")
+    run.add_argument("--workload", required=True, help="workload spec, e.g. exp-dec:n=1000000")
+    run.add_argument("--seed", type=_positive_int, default=0, help="seed of the run's random generator")
+    run.add_argument("--repeat", type=_positive_int, default=1,
+                     help="run the loop this many times back to back (EPCC style)")
+    run.add_argument("--json", action="store_true", help="print one JSON object")
+    run.add_argument("--chunks", metavar="FILE.csv", help="write the chunk table (worker, lo, hi, start, end)")
+
+    machines = sub.add_parser("machines", help="list built-in machines, or describe one")
+    machines.add_argument("name", nargs="?", help="machine name or TOML file")
+    machines.add_argument("--json", action="store_true", help="machine-readable output")
+
+    sweep = sub.add_parser("sweep", help="run an experiment grid from a TOML config")
+    sweep.add_argument("config", help="experiment TOML file")
+    sweep.add_argument("--out", help="output folder (default: results/<experiment name>)")
+    sweep.add_argument("--jobs", type=_positive_int, default=0, help="worker processes (default: all cores)")
+    sweep.add_argument("--format", choices=("csv", "parquet"), default="csv", help="results table format")
+    sweep.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    fit = sub.add_parser("fit", help="fit the scheduling burden d per (machine, scheduler, threads)")
+    fit.add_argument("results", help="results table (CSV/Parquet) or a sweep's output folder")
+    fit.add_argument("--json", action="store_true", help="print a JSON list")
+
+    plot = sub.add_parser("plot", help="plot speedup against loop duration from sweep results")
+    plot.add_argument("results", help="results table (CSV/Parquet) or a sweep's output folder")
+    plot.add_argument("--out", help="image file (default: speedup.png beside the results)")
+    return parser
+
+
+def _version() -> str:
+    from . import __version__
+    return f"simsched {__version__}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return COMMANDS[args.command](args)
+    except SimschedError as exc:
+        print(f"simsched: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("simsched: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def cmd_run(args) -> int:
+    from .engine import simulate
+    from .machine import load_machine
+    from .schedulers import get_scheduler
+    from .workloads import get_workload
+
+    machine = load_machine(args.machine)
+    scheduler = get_scheduler(args.scheduler)
+    workload = get_workload(args.workload)
+    machine.check_threads(args.threads)
+    if args.repeat < 1:
+        raise SimschedError(f"--repeat must be >= 1, got {args.repeat}")
+    if args.chunks and not Path(args.chunks).parent.exists():
+        raise SimschedError(f"--chunks: folder {Path(args.chunks).parent} does not exist")
+    result = simulate(machine, scheduler, workload, args.threads, seed=args.seed, repeat=args.repeat)
+    if args.chunks:
+        result.chunks.to_csv(args.chunks, index=False)
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        print(result.summary())
+    return 0
+
+
+def cmd_machines(args) -> int:
+    from .machine import builtin_machines, load_machine
+
+    if args.name:
+        machine = load_machine(args.name)
+        if args.json:
+            print(json.dumps({"name": machine.name, "description": machine.description,
+                              "cores": machine.cores, **{k: v for k, v in machine.data.items()
+                                                         if not k.startswith("_")},
+                              "latency_matrix_ns": machine.latency.tolist()}))
+        else:
+            print(machine.describe())
+        return 0
+    names = builtin_machines()
+    if args.json:
+        print(json.dumps([{"name": n, "description": load_machine(n).description,
+                           "cores": load_machine(n).cores} for n in names]))
+    else:
+        for name in names:
+            machine = load_machine(name)
+            print(f"{name:<20} {machine.cores:>3} cores  {machine.description}")
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    from .analysis import burden_table, format_burden_table
+    from .sweep import load_experiment, run_sweep, save_experiment, write_table
+
+    experiment = load_experiment(args.config)
+    out = Path(args.out) if args.out else Path("results") / experiment.name
+    if out.exists() and not out.is_dir():
+        raise SimschedError(f"--out {out} exists and is not a folder")
+    frame = run_sweep(experiment, jobs=args.jobs or None, progress=not args.quiet and sys.stderr.isatty())
+    table_path = write_table(frame, out / f"results.{args.format}")
+    save_experiment(experiment, out)
+    failed = int((frame["error"] != "").sum())
+    wall = frame["wall_s"].sum()
+    print(f"{experiment.name}: {len(frame)} runs ({failed} failed), {wall:.1f} s of simulation -> {table_path}")
+    if failed:
+        first = frame[frame["error"] != ""].iloc[0]
+        print(f"  first failure: {first['scheduler']} on {first['machine']} with {first['threads']} threads: "
+              f"{first['error']}")
+    if experiment.published_d_us and failed < len(frame):
+        table = burden_table(frame, experiment.published_d_us)
+        table.to_csv(out / "burden.csv", index=False)
+        print()
+        print(format_burden_table(table))
+        if experiment.source:
+            print(f"published: {experiment.source}")
+    return 0
+
+
+def _published_for(results_path: Path) -> tuple[dict[str, float] | None, str]:
+    from .sweep import load_experiment
+
+    folder = results_path if results_path.is_dir() else results_path.parent
+    config = folder / "experiment.toml"
+    if config.is_file():
+        experiment = load_experiment(config)
+        return (experiment.published_d_us or None), experiment.source
+    return None, ""
+
+
+def cmd_fit(args) -> int:
+    from .analysis import burden_table, format_burden_table
+    from .sweep import read_table
+
+    path = Path(args.results)
+    frame = read_table(path)
+    published, source = _published_for(path)
+    table = burden_table(frame, published)
+    if args.json:
+        records = table.to_dict(orient="records")
+        print(json.dumps([{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                           for k, v in r.items()} for r in records]))
+    else:
+        print(format_burden_table(table))
+        if source:
+            print(f"published: {source}")
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from .analysis.plots import plot_speedup
+    from .sweep import read_table
+
+    path = Path(args.results)
+    frame = read_table(path)
+    folder = path if path.is_dir() else path.parent
+    out = Path(args.out) if args.out else folder / "speedup.png"
+    if not out.parent.exists():
+        raise SimschedError(f"--out: folder {out.parent} does not exist")
+    plot_speedup(frame, out)
+    print(out)
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "machines": cmd_machines, "sweep": cmd_sweep, "fit": cmd_fit, "plot": cmd_plot}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""Modeled cache lines: transfer costs, FIFO serialization of one line, and spinners' notification."""
+
+import simpy
+from collections import Counter
+
+from simsched.memory import Memory
+
+
+def make_memory(cores=4, lat=100.0, atomic=10.0, store=1.0, serve=0.0, fraction=0.5):
+    env = simpy.Environment()
+    latency = [[0.0 if a == b else lat for b in range(cores)] for a in range(cores)]
+    costs = {"atomic": atomic, "store": store}
+    counters = Counter()
+    return env, Memory(env, latency, costs, serve, counters, fraction), counters
+
+
+def test_atomic_on_own_line_costs_only_the_operation():
+    env, mem, _ = make_memory()
+    line = mem.line("x", 0, home=2)
+    old, done = mem.fetch_add(line, 2, 5)
+    assert (old, done, line.value) == (0, 10.0, 5)
+
+
+def test_atomic_from_another_core_pays_one_transfer():
+    env, mem, counters = make_memory()
+    line = mem.line("x", 7, home=0)
+    old, done = mem.fetch_add(line, 3, 1)
+    # transfer = 0.5 x 100 ns one-way, then the 10 ns atomic
+    assert (old, done) == (7, 60.0)
+    assert line.holder == 3 and counters["transfers"] == 1
+
+
+def test_contended_atomics_serialize_first_come_first_served():
+    env, mem, _ = make_memory()
+    line = mem.line("counter", 0, home=0)
+    finished = {}
+
+    def worker(w):
+        old, done = mem.fetch_add(line, w, 1)
+        yield env.timeout(done - env.now)
+        finished[w] = (old, env.now)
+
+    for w in range(4):
+        env.process(worker(w))
+    env.run()
+    # worker 0 holds the line: 10 ns; each later one waits its turn, then 50 + 10 ns.
+    assert finished == {0: (0, 10.0), 1: (1, 70.0), 2: (2, 130.0), 3: (3, 190.0)}
+
+
+def test_contention_cost_grows_linearly_with_contenders():
+    ends = []
+    for n in (2, 4, 8):
+        env, mem, _ = make_memory(cores=8)
+        line = mem.line("counter", 0, home=0)
+        last = max(mem.fetch_add(line, w, 1)[1] for w in range(n))
+        ends.append(last)
+    assert ends == [70.0, 190.0, 430.0]
+
+
+def test_spinner_sees_a_store_one_way_latency_later():
+    env, mem, _ = make_memory()
+    flag = mem.line("flag", 0, home=1)
+    seen = {}
+
+    def spinner():
+        value = yield mem.spin_until(flag, 1, lambda v: v == 1)
+        seen["at"], seen["value"] = env.now, value
+
+    def writer():
+        yield env.timeout(40)
+        done = mem.store(flag, 0, 1)
+        assert done == 41.0  # the writer only pays the store into its buffer
+
+    env.process(spinner())
+    env.process(writer())
+    env.run()
+    assert seen == {"at": 140.0, "value": 1}
+
+
+def test_spinners_are_served_one_after_another():
+    env, mem, _ = make_memory(cores=4, serve=7.0)
+    flag = mem.line("flag", 0, home=0)
+    seen = {}
+
+    def spinner(w):
+        yield mem.spin_until(flag, w, lambda v: v >= 1)
+        seen[w] = env.now
+
+    for w in (1, 2, 3):
+        env.process(spinner(w))
+
+    def writer():
+        yield env.timeout(10)
+        mem.store(flag, 0, 1)
+
+    env.process(writer())
+    env.run()
+    assert seen == {1: 110.0, 2: 117.0, 3: 124.0}
+
+
+def test_spin_on_a_value_already_there_costs_a_read_miss():
+    env, mem, _ = make_memory()
+    flag = mem.line("flag", 0, home=0)
+    mem.store(flag, 0, 3)
+    seen = {}
+
+    def spinner():
+        yield mem.spin_until(flag, 2, lambda v: v >= 3)
+        seen["first"] = env.now
+        yield mem.spin_until(flag, 2, lambda v: v >= 3)  # now cached: free
+        seen["second"] = env.now
+
+    env.process(spinner())
+    env.run()
+    assert seen == {"first": 50.0, "second": 50.0}
+
+
+def test_failed_cas_reports_the_value_found():
+    env, mem, counters = make_memory()
+    line = mem.line("next", 4, home=0)
+    ok, found, done = mem.cas(line, 0, 3, 9)
+    assert (ok, found, line.value) == (False, 4, 4)
+    ok, found, done2 = mem.cas(line, 1, 4, 9)
+    assert (ok, found, line.value) == (True, 4, 9)
+    assert done2 == done + 50 + 10
+    assert counters["cas_failures"] == 1

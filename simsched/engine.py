@@ -55,8 +55,7 @@ class Simulation:
         self.costs = machine.costs
         self.counters: Counter = Counter()
         self.memory = Memory(self.env, machine.latency[np.ix_(self.cores, self.cores)],
-                             self.costs, machine.serve_ns, self.counters,
-                             machine.transfer_fraction)
+                             self.costs, machine.serve_ns, machine.transfer_fraction)
         self.slowdown = [float(x) for x in machine.speed_factors(self.threads)]
         self.time = {state: [0.0] * self.threads for state in STATES}
         self._chunks: list[tuple[int, int, int, int, float, float]] = []
@@ -92,6 +91,20 @@ class Simulation:
         self.time["schedule"][worker] += (t - start) - busy
         return t
 
+    def run_chunk(self, worker: int, loop: int, lo: int, hi: int, claimed: float) -> float:
+        """Record one chunk claimed at time ``claimed``; return when it ends (``run_chunks`` for one range).
+
+        The time from now to the claim and the dispatch cost count as scheduling.
+        """
+        start = claimed + self.costs["chunk"]
+        prefix = self.loops[loop].prefix
+        work = (prefix.item(hi) - prefix.item(lo)) * self.slowdown[worker]
+        end = start + work
+        self._chunks.append((worker, loop, lo, hi, start, end))
+        self.time["schedule"][worker] += start - self.env.now
+        self.time["compute"][worker] += work
+        return end
+
     def until(self, when: float):
         """A timeout that ends at absolute time ``when``."""
         delay = when - self.env.now
@@ -109,13 +122,15 @@ class Simulation:
         processes = [env.process(scheduler.worker(self, w)) for w in range(self.threads)]
         env.run(until=processes[0])
         makespan = float(env.now)
+        self.memory.tally(self.counters)
         idle = self.time["idle"]
         for w in range(self.threads):
             busy = sum(self.time[s][w] for s in STATES if s != "idle")
             idle[w] = max(makespan - busy, 0.0)
-        chunks = pd.DataFrame(self._chunks, columns=CHUNK_COLUMNS)
-        chunks = chunks.astype({"worker": "int64", "loop": "int64", "lo": "int64", "hi": "int64"})
-        self._verify(chunks)
+        table = np.array(self._chunks, dtype=float).reshape(-1, len(CHUNK_COLUMNS))
+        chunks = pd.DataFrame({name: table[:, i].astype(np.int64) if i < 4 else table[:, i]
+                               for i, name in enumerate(CHUNK_COLUMNS)})
+        self._verify(chunks, scheduler.spec)
         sequential = sum(loop.total + loop.serial_ns for loop in self.loops)
         return Result(
             machine=self.machine.name,
@@ -132,7 +147,7 @@ class Simulation:
             events=next(env._eid),  # SimPy numbers every scheduled event
         )
 
-    def _verify(self, chunks: pd.DataFrame) -> None:
+    def _verify(self, chunks: pd.DataFrame, scheduler: str) -> None:
         """Raise unless every iteration of every loop ran exactly once."""
         for index, loop in enumerate(self.loops):
             rows = chunks[chunks["loop"] == index]
@@ -148,7 +163,7 @@ class Simulation:
             if bad.size:
                 i = int(bad[0])
                 raise ExecutionError(
-                    f"loop {index}: iteration {i} ran {int(counts[i])} times under {self.__class__.__name__}"
+                    f"loop {index}: iteration {i} ran {int(counts[i])} times under {scheduler}"
                     f" ({bad.size} iteration(s) wrong)")
 
 

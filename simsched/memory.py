@@ -50,7 +50,7 @@ class Line:
 class Memory:
     """The modeled shared memory of one run: allocates lines and charges their operations."""
 
-    def __init__(self, env, latency, costs: dict[str, float], serve_ns: float, counters,
+    def __init__(self, env, latency, costs: dict[str, float], serve_ns: float,
                  transfer_fraction: float = 0.5):
         self.env = env
         # Nested lists index faster than a NumPy matrix on this hot path.
@@ -59,8 +59,17 @@ class Memory:
         self.atomic_ns = costs["atomic"]
         self.store_ns = costs["store"]
         self.serve_ns = serve_ns
-        self.counters = counters
         self.lines: list[Line] = []
+        # Plain attributes on the hot path; ``tally`` folds them into the run's counters.
+        self.atomics = 0
+        self.transfers = 0
+        self.cas_failures = 0
+
+    def tally(self, counters) -> None:
+        """Add this memory's operation counts to ``counters``."""
+        for name in ("atomics", "transfers", "cas_failures"):
+            if getattr(self, name):
+                counters[name] += getattr(self, name)
 
     def line(self, name: str, value: Any = 0, home: int = 0) -> Line:
         """Allocate a line initially held by core ``home`` (where it was first written)."""
@@ -76,7 +85,7 @@ class Memory:
         if core in line.sharers:
             return line.value, start
         line.sharers.add(core)
-        self.counters["transfers"] += 1
+        self.transfers += 1
         return line.value, start + self.transfer[line.holder][core]
 
     def store(self, line: Line, core: int, value: Any, at: float | None = None) -> float:
@@ -99,10 +108,9 @@ class Memory:
         """Atomically replace the value v by ``update(v)``: (old value, completion time)."""
         now = self.env.now
         start = line.free_at if line.free_at > now else now
-        counters = self.counters
-        counters["atomics"] += 1
+        self.atomics += 1
         if line.holder != core:
-            counters["transfers"] += 1
+            self.transfers += 1
             start += self.transfer[line.holder][core]
         done = start + self.atomic_ns
         old = line.value
@@ -115,8 +123,29 @@ class Memory:
         return old, done
 
     def fetch_add(self, line: Line, core: int, amount: int = 1) -> tuple[Any, float]:
-        """Atomic fetch-and-add: (old value, completion time)."""
-        return self.rmw(line, core, lambda v: v + amount)
+        """Atomic fetch-and-add: (old value, completion time).
+
+        The same as ``rmw(line, core, lambda v: v + amount)``, inlined: self-scheduling
+        claims call it once per chunk.
+        """
+        now = self.env.now
+        start = line.free_at if line.free_at > now else now
+        self.atomics += 1
+        holder = line.holder
+        if holder != core:
+            self.transfers += 1
+            start += self.transfer[holder][core]
+            line.holder = core
+            line.sharers = {core}
+        elif len(line.sharers) > 1:
+            line.sharers = {core}
+        done = start + self.atomic_ns
+        old = line.value
+        line.value = old + amount
+        line.free_at = done
+        if line.spinners:
+            self._notify(line, core, done)
+        return old, done
 
     def fetch_or(self, line: Line, core: int, bits: int) -> tuple[Any, float]:
         """Atomic fetch-and-or: (old value, completion time)."""
@@ -130,7 +159,7 @@ class Memory:
         """Compare-and-swap: (succeeded, value found, completion time); a failed CAS still owns the line."""
         old, done = self.rmw(line, core, lambda v: new if v == expected else v)
         if old != expected:
-            self.counters["cas_failures"] += 1
+            self.cas_failures += 1
         return old == expected, old, done
 
     # -- spinning ---------------------------------------------------------------------
@@ -160,8 +189,7 @@ class Memory:
             else:
                 waiting.append(spinner)
         line.spinners = waiting
-        if served:
-            self.counters["transfers"] += served
+        self.transfers += served
 
 
 def _fire_at(env, event: Event, when: float, value: Any) -> None:

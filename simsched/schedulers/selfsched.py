@@ -26,9 +26,8 @@ class SelfScheduling(FullBarriers):
             if lo >= n:
                 yield sim.wait(w, "schedule", t)
                 return
-            sim.spend(w, "schedule", t - sim.env.now)
             sim.counters["chunks"] += 1
-            yield sim.until(sim.run_chunks(w, index, [(lo, hi)], t))
+            yield sim.until(sim.run_chunk(w, index, lo, hi, t))
 
     def grab(self, sim, w, n):
         """Claim the next chunk: (lo, hi, time the claim completes); lo >= n when none is left."""
@@ -41,11 +40,32 @@ class OmpDynamic(SelfScheduling):
     name = "omp-dynamic"
     summary = "OpenMP dynamic: fixed chunks by fetch-and-add on one counter"
 
-    def grab(self, sim, w, n):
-        k = self.params["chunk"]
-        lo, t = sim.memory.fetch_add(self.next, w, k)
-        yield from ()  # one atomic, no intermediate wake-up: the caller folds it into the chunk's event
-        return lo, min(lo + k, n), t
+    def share(self, sim, w, index):
+        # Inlined Simulation.run_chunk with local accumulators: the claim and the chunk it
+        # hands out are one timeout, one event per chunk, and this loop runs once per chunk.
+        k, n = self.params["chunk"], sim.loops[index].n
+        prefix, slow, dispatch = sim.loops[index].prefix, sim.slowdown[w], sim.costs["chunk"]
+        fetch_add, line, env, log = sim.memory.fetch_add, self.next, sim.env, sim._chunks.append
+        timeout = env.timeout
+        chunks = 0
+        scheduling = busy = 0.0
+        while True:
+            now = env.now
+            lo, t = fetch_add(line, w, k)
+            if lo >= n:
+                break
+            hi = lo + k if lo + k < n else n
+            start = t + dispatch
+            work = (prefix.item(hi) - prefix.item(lo)) * slow
+            log((w, index, lo, hi, start, start + work))
+            scheduling += start - now
+            busy += work
+            chunks += 1
+            yield timeout(start + work - now)
+        sim.counters["chunks"] += chunks
+        sim.time["schedule"][w] += scheduling
+        sim.time["compute"][w] += busy
+        yield sim.wait(w, "schedule", t)
 
 
 class OmpGuided(SelfScheduling):

@@ -18,12 +18,11 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _positive_int(text: str) -> int:
+def _integer(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,10 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="simulate one parallel loop")
     run.add_argument("--machine", required=True, help="built-in machine name or machine TOML file")
     run.add_argument("--scheduler", required=True, help="scheduler spec, e.g. omp-guided:chunk=2")
-    run.add_argument("--threads", required=True, type=_positive_int, help="number of workers")
+    run.add_argument("--threads", required=True, type=_integer, help="number of workers")
     run.add_argument("--workload", required=True, help="workload spec, e.g. exp-dec:n=1000000")
-    run.add_argument("--seed", type=_positive_int, default=0, help="seed of the run's random generator")
-    run.add_argument("--repeat", type=_positive_int, default=1,
+    run.add_argument("--seed", type=_integer, default=0, help="seed of the run's random generator")
+    run.add_argument("--repeat", type=_integer, default=1,
                      help="run the loop this many times back to back (EPCC style)")
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.add_argument("--chunks", metavar="FILE.csv", help="write the chunk table (worker, lo, hi, start, end)")
@@ -49,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep = sub.add_parser("sweep", help="run an experiment grid from a TOML config")
     sweep.add_argument("config", help="experiment TOML file")
     sweep.add_argument("--out", help="output folder (default: results/<experiment name>)")
-    sweep.add_argument("--jobs", type=_positive_int, default=0, help="worker processes (default: all cores)")
+    sweep.add_argument("--jobs", type=_integer, default=0, help="worker processes (default: all cores)")
     sweep.add_argument("--format", choices=("csv", "parquet"), default="csv", help="results table format")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -98,8 +97,12 @@ def cmd_run(args) -> int:
     machine.check_threads(args.threads)
     if args.repeat < 1:
         raise SimschedError(f"--repeat must be >= 1, got {args.repeat}")
-    if args.chunks and not Path(args.chunks).parent.exists():
-        raise SimschedError(f"--chunks: folder {Path(args.chunks).parent} does not exist")
+    if args.chunks:
+        chunks = Path(args.chunks)
+        if chunks.is_dir():
+            raise SimschedError(f"--chunks: {chunks} is a folder, not a file")
+        if not chunks.parent.exists():
+            raise SimschedError(f"--chunks: folder {chunks.parent} does not exist")
     result = simulate(machine, scheduler, workload, args.threads, seed=args.seed, repeat=args.repeat)
     if args.chunks:
         result.chunks.to_csv(args.chunks, index=False)
@@ -135,7 +138,6 @@ def cmd_machines(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from .analysis import burden_table, format_burden_table
     from .sweep import load_experiment, run_sweep, save_experiment, write_table
 
     experiment = load_experiment(args.config)
@@ -153,6 +155,8 @@ def cmd_sweep(args) -> int:
         print(f"  first failure: {first['scheduler']} on {first['machine']} with {first['threads']} threads: "
               f"{first['error']}")
     if experiment.published_d_us and failed < len(frame):
+        from .analysis import burden_table, format_burden_table
+
         table = burden_table(frame, experiment.published_d_us)
         table.to_csv(out / "burden.csv", index=False)
         print()

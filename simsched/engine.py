@@ -45,6 +45,8 @@ class Simulation:
     """The state of one run: SimPy environment, modeled memory, per-worker accounting and the chunk log."""
 
     def __init__(self, machine: Machine, threads: int, loops: Sequence[Loop], seed: int = 0):
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise SimschedError(f"seed must be an integer >= 0, got {seed!r}")
         self.machine = machine
         self.threads = machine.check_threads(threads)
         self.loops = list(loops)

@@ -195,6 +195,9 @@ class Machine:
         """
         data = copy.deepcopy(self.data)
         data.pop("_source", None)
+        if "name" not in changes:
+            # A variant must not pass for the machine it came from in result tables.
+            data["name"] = f"{self.name}[" + ",".join(f"{k.replace('__', '.')}={v}" for k, v in changes.items()) + "]"
         for dotted, value in changes.items():
             section, _, key = dotted.replace("__", ".").partition(".")
             if not key:

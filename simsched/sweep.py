@@ -110,6 +110,8 @@ def _values(key: str, value: Any, source: str) -> list[Any]:
         else:
             values = np.linspace(bounds[0], bounds[1], num)
         digits = value.get("round", 6)
+        if isinstance(digits, bool) or not isinstance(digits, int) or not 1 <= digits <= 17:
+            raise SimschedError(f"{where}.round must be an integer from 1 to 17 (significant digits)")
         return [float(f"{v:.{digits}g}") for v in values]
     if isinstance(value, list):
         if not value:
@@ -135,10 +137,12 @@ def expand_grid(grid: dict[str, Any], source: str = "<config>") -> list[dict[str
             axes[key] = _values(key, value, source)
         else:
             raise SimschedError(f"{source}: unknown key grid.{key} (known: {', '.join(AXES)})")
-    for key in ("threads", "seed", "repeat"):
+    for key, least in (("threads", 1), ("seed", 0), ("repeat", 1)):
         for v in axes.get(key, []):
             if isinstance(v, bool) or not isinstance(v, int):
                 raise SimschedError(f"{source}: grid.{key} values must be integers, got {v!r}")
+            if v < least:
+                raise SimschedError(f"{source}: grid.{key} values must be >= {least}, got {v}")
     for key in ("machine", "scheduler", "workload"):
         for v in axes[key]:
             if not isinstance(v, str):
@@ -184,6 +188,8 @@ def run_point(point: dict[str, Any]) -> dict[str, Any]:
     from .engine import simulate
 
     row: dict[str, Any] = dict(point)
+    if hasattr(row["machine"], "name"):  # a Machine object (e.g. a what-if variant): record its name
+        row["machine"] = row["machine"].name
     start = time.perf_counter()
     try:
         result = simulate(point["machine"], point["scheduler"], point["workload"], point["threads"],

@@ -1,7 +1,6 @@
 """Modeled cache lines: transfer costs, FIFO serialization of one line, and spinners' notification."""
 
 import simpy
-from collections import Counter
 
 from simsched.memory import Memory
 
@@ -10,8 +9,8 @@ def make_memory(cores=4, lat=100.0, atomic=10.0, store=1.0, serve=0.0, fraction=
     env = simpy.Environment()
     latency = [[0.0 if a == b else lat for b in range(cores)] for a in range(cores)]
     costs = {"atomic": atomic, "store": store}
-    counters = Counter()
-    return env, Memory(env, latency, costs, serve, counters, fraction), counters
+    memory = Memory(env, latency, costs, serve, fraction)
+    return env, memory, memory
 
 
 def test_atomic_on_own_line_costs_only_the_operation():
@@ -27,7 +26,7 @@ def test_atomic_from_another_core_pays_one_transfer():
     old, done = mem.fetch_add(line, 3, 1)
     # transfer = 0.5 x 100 ns one-way, then the 10 ns atomic
     assert (old, done) == (7, 60.0)
-    assert line.holder == 3 and counters["transfers"] == 1
+    assert line.holder == 3 and counters.transfers == 1
 
 
 def test_contended_atomics_serialize_first_come_first_served():
@@ -123,4 +122,4 @@ def test_failed_cas_reports_the_value_found():
     ok, found, done2 = mem.cas(line, 1, 4, 9)
     assert (ok, found, line.value) == (True, 4, 9)
     assert done2 == done + 50 + 10
-    assert counters["cas_failures"] == 1
+    assert counters.cas_failures == 1

@@ -39,7 +39,9 @@ class Workload:
         return format_spec(self.name, {k: self.params[k] for k in self.given})
 
     def costs(self, rng: np.random.Generator) -> np.ndarray:
-        costs = np.asarray(self.generate(rng), dtype=float)
+        """The loop's iteration costs in ns, checked finite and non-negative."""
+        with np.errstate(all="ignore"):  # overflow shows up below as a clear error, not a warning
+            costs = np.asarray(self.generate(rng), dtype=float)
         if not np.all(np.isfinite(costs)):
             raise SimschedError(f"workload {self.spec}: iteration costs must be finite")
         if np.any(costs < 0):

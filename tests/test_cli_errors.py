@@ -1,0 +1,288 @@
+"""Bad input to the ``simsched`` command: one clear line on stderr, a non-zero exit, no traceback.
+
+Every case runs the real console entry (``python -m simsched.cli ...``) in a subprocess,
+so what is checked is exactly what a user sees. Starting an interpreter that imports
+numpy, pandas and SimPy costs most of a second, so the cases are declared as data and a
+module fixture runs them all concurrently (one per core) up front; each test then judges
+its own case's outcome.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HASWELL = (ROOT / "machines" / "haswell-e5-2695v3.toml").read_text(encoding="utf-8")
+
+
+def mutate(text: str, old: str, new: str) -> str:
+    """Replace ``old`` by ``new`` once, insisting that ``old`` is there (so the mutation really happens)."""
+    assert text.count(old) == 1, f"{old!r} not found exactly once in the template"
+    return text.replace(old, new)
+
+
+@dataclass
+class Case:
+    """One command line (``{dir}`` stands for the case's own folder, also its working directory)."""
+
+    args: list[str]
+    needles: tuple[str, ...] = ()
+    files: dict[str, object] = field(default_factory=dict)  # name -> text, or an array saved as .npy
+
+
+def run_args(**changes) -> list[str]:
+    """``simsched run`` on a good command line with some options changed."""
+    args = {"machine": "xeon-e7-4860v2", "scheduler": "omp-static", "threads": "4", "workload": "uniform:n=100"}
+    args.update({k: str(v) for k, v in changes.items()})
+    return ["run", *[x for key, value in args.items() for x in (f"--{key}", value)]]
+
+
+GOOD_EXPERIMENT = """\
+[experiment]
+name = "bad-input"
+
+[grid]
+machine = "haswell-e5-2695v3"
+scheduler = ["omp-static", "fg-tree"]
+threads = 4
+workload = "uforall:n=32"
+"workload.total_us" = { logspace = [1, 100], num = 3 }
+"""
+
+SWEEP = ["sweep", "{dir}/experiment.toml", "--out", "{dir}/out", "--jobs", "1", "--quiet"]
+
+
+def sweep_case(text: str, *needles: str) -> Case:
+    return Case(SWEEP, needles, {"experiment.toml": text})
+
+
+def machine_case(text: str, *needles: str) -> Case:
+    return Case(run_args(machine="{dir}/machine.toml"), needles, {"machine.toml": text})
+
+
+def csv_case(content: str, *needles: str) -> Case:
+    return Case(run_args(workload="file:path={dir}/costs.csv"), needles, {"costs.csv": content})
+
+
+def npy_case(values, *needles: str) -> Case:
+    return Case(run_args(workload="file:path={dir}/costs.npy"), needles, {"costs.npy": np.array(values)})
+
+
+CASES: dict[str, Case] = {
+    # The unmodified inputs work, so each failure below comes from its one change.
+    "ok/run": Case(run_args()),
+    "ok/machine-copy": machine_case(HASWELL),
+    "ok/cost-file": csv_case("1\n5\n3\n"),
+    "ok/experiment": sweep_case(GOOD_EXPERIMENT),
+
+    "unknown/machine": Case(run_args(machine="xeon-nonexistent"), ("unknown machine", "xeon-nonexistent")),
+    "unknown/scheduler": Case(run_args(scheduler="omp-bogus"), ("unknown scheduler", "omp-bogus")),
+    "unknown/workload": Case(run_args(workload="zipf:n=10"), ("unknown workload", "zipf")),
+    "unknown/scheduler-parameter": Case(run_args(scheduler="omp-dynamic:foo=1"), ("unknown parameter", "foo")),
+
+    "value/dynamic-chunk-0": Case(run_args(scheduler="omp-dynamic:chunk=0"), ("chunk", "0", ">= 1")),
+    "value/guided-chunk-negative": Case(run_args(scheduler="omp-guided:chunk=-1"), ("chunk", "-1")),
+    "value/static-barrier-bogus": Case(run_args(scheduler="omp-static:barrier=bogus"), ("barrier", "bogus")),
+    "value/dynamic-chunk-abc": Case(run_args(scheduler="omp-dynamic:chunk=abc"), ("chunk", "abc", "integer")),
+    "value/no-equals": Case(run_args(scheduler="omp-static:chunk"), ("chunk", "key=value")),
+    "value/workload-n-0": Case(run_args(workload="uniform:n=0"), ("n=0",)),
+    "value/workload-nan": Case(run_args(workload="normal:mean_ns=nan"), ("mean_ns", "nan")),
+    "value/repeat-0": Case(run_args(repeat=0), ("repeat", "0")),
+
+    "threads/0": Case(run_args(threads=0), ("threads", "0")),
+    "threads/-3": Case(run_args(threads=-3), ("threads", "-3")),
+    "threads/49-on-48-cores": Case(run_args(machine="xeon-e7-4860v2", threads=49), ("threads", "49", "48")),
+    "threads/not-a-number": Case(run_args(threads="four"), ("threads", "four")),
+
+    "costs/csv-negative": csv_case("1\n-5\n3\n", ">= 0"),
+    "costs/csv-nan": csv_case("1\nnan\n3\n", "finite"),
+    "costs/csv-inf": csv_case("1\ninf\n3\n", "finite"),
+    "costs/csv-not-a-number": csv_case("x\nabc\n", "abc"),
+    "costs/csv-two-columns": csv_case("a,b\n1,2\n", "cost_ns"),
+    "costs/npy-negative": npy_case([1.0, -2.0, 3.0], ">= 0", "costs.npy"),
+    "costs/npy-nan": npy_case([1.0, np.nan], "finite", "costs.npy"),
+    "costs/missing-file": Case(run_args(workload="file:path={dir}/nowhere.csv"), ("nowhere.csv",)),
+
+    "machine/malformed": machine_case(mutate(HASWELL, "[clock]", "[clock"), "not valid TOML"),
+    "machine/missing-atomic": machine_case(mutate(HASWELL, "\natomic = 7 ", "\n# atomic removed "),
+                                           "costs_ns.atomic", "missing"),
+    "machine/unknown-key": machine_case(mutate(HASWELL, "[os]\n", "[os]\nwake_up_typo = 3\n"), "wake_up_typo"),
+    "machine/unknown-section": machine_case(HASWELL + "\n[gpu]\ncount = 2\n", "gpu"),
+    "machine/negative-latency": machine_case(mutate(HASWELL, "same_socket = 44", "same_socket = -44"),
+                                             "latency_ns.same_socket", ">= 0"),
+    "machine/wrong-type-int": machine_case(mutate(HASWELL, "sockets = 2 ", 'sockets = "two" '),
+                                           "topology.sockets", "integer"),
+    "machine/wrong-type-float": machine_case(mutate(HASWELL, "socket_hop = 74", 'socket_hop = "far"'),
+                                             "latency_ns.socket_hop"),
+    "machine/zero-clock": machine_case(mutate(HASWELL, "base_ghz = 2.3", "base_ghz = 0"), "clock.base_ghz", "> 0"),
+    "machine/missing-file": Case(run_args(machine="{dir}/absent.toml"), ("absent.toml",)),
+    "machine/describe-bad-file": Case(["machines", "{dir}/machine.toml"], ("costs_ns.atomic",),
+                                      {"machine.toml": mutate(HASWELL, "\natomic = 7 ", "\n")}),
+
+    "sweep/malformed": sweep_case(mutate(GOOD_EXPERIMENT, "[grid]", "[grid"), "not valid TOML"),
+    "sweep/unknown-grid-key": sweep_case(mutate(GOOD_EXPERIMENT, "threads = 4", "threads = 4\nthreds = 8"),
+                                         "grid.threds"),
+    "sweep/unknown-section": sweep_case(GOOD_EXPERIMENT + "\n[plots]\nkind = 'bar'\n", "plots"),
+    "sweep/non-integer-threads": sweep_case(mutate(GOOD_EXPERIMENT, "threads = 4", "threads = 4.5"),
+                                            "threads", "4.5"),
+    "sweep/logspace-num-0": sweep_case(mutate(GOOD_EXPERIMENT, "num = 3", "num = 0"), "num"),
+    "sweep/unknown-scheduler": sweep_case(mutate(GOOD_EXPERIMENT, '"fg-tree"', '"fg-bogus"'), "fg-bogus"),
+    "sweep/unknown-scheduler-parameter": sweep_case(
+        mutate(GOOD_EXPERIMENT, "threads = 4", 'threads = 4\n"scheduler.chunk" = 2'), "chunk"),
+    "sweep/missing-grid-key": sweep_case(mutate(GOOD_EXPERIMENT, 'machine = "haswell-e5-2695v3"\n', ""),
+                                         "grid.machine"),
+    "sweep/bad-published-d": sweep_case(GOOD_EXPERIMENT + "\n[fit]\npublished_d_us = { omp-static = -1 }\n",
+                                        "published_d_us.omp-static"),
+    "sweep/missing-config": Case(["sweep", "{dir}/absent.toml", "--out", "{dir}/out"], ("absent.toml",)),
+    "sweep/out-is-a-file": Case(["sweep", "{dir}/experiment.toml", "--out", "{dir}/taken", "--jobs", "1"],
+                                ("taken",), {"experiment.toml": GOOD_EXPERIMENT, "taken": "not a folder"}),
+
+    "fit/missing-file": Case(["fit", "{dir}/absent.csv"], ("absent.csv",)),
+    "fit/not-a-results-table": Case(["fit", "{dir}/other.csv"], ("results",), {"other.csv": "a,b\n1,2\n3,4\n"}),
+    "fit/folder-without-results": Case(["fit", "{dir}"], ("results",)),
+    "fit/only-failed-runs": Case(["fit", "{dir}/results.csv"], ("no successful runs",), {
+        "results.csv": "machine,scheduler,threads,sequential_ns,speedup,error\n"
+                       "m,s,4,,,SimschedError: boom\nm,s,4,,,SimschedError: boom\n"}),
+
+    # Inputs that once ended in a traceback.
+    "bug/negative-seed": Case(run_args(seed=-1), ("seed",)),
+    "bug/chunks-is-a-folder": Case(run_args(chunks="{dir}"), ("chunks",)),
+    "bug/round-not-a-number": sweep_case(mutate(GOOD_EXPERIMENT, "num = 3", 'num = 3, round = "x"'), "round"),
+    "bug/overflowing-workload": Case(run_args(workload="exp-dec:n=10,beta=1e308,unit_ns=1e308"), ("finite",)),
+}
+
+
+@dataclass
+class Outcome:
+    proc: subprocess.CompletedProcess
+    folder: Path
+
+
+def _run_case(base: Path, name: str, case: Case) -> Outcome:
+    folder = base / re.sub(r"[^\w.-]", "_", name)
+    folder.mkdir(parents=True)
+    for filename, content in case.files.items():
+        if isinstance(content, np.ndarray):
+            np.save(folder / filename, content)
+        else:
+            (folder / filename).write_text(str(content), encoding="utf-8")
+    args = [a.replace("{dir}", str(folder)) for a in case.args]
+    proc = subprocess.run([sys.executable, "-m", "simsched.cli", *args],
+                          capture_output=True, text=True, cwd=folder, timeout=300)
+    return Outcome(proc, folder)
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory) -> dict[str, Outcome]:
+    base = tmp_path_factory.mktemp("cli-errors")
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        futures = {name: pool.submit(_run_case, base, name, case) for name, case in CASES.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+def error_line(outcome: Outcome, *needles: str) -> str:
+    """Assert the command failed with exactly one non-empty stderr line naming every needle; return the line."""
+    proc = outcome.proc
+    assert proc.returncode != 0, f"exit 0 on bad input; stdout: {proc.stdout!r}"
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one error line, got {len(lines)}:\n{proc.stderr}"
+    line = lines[0]
+    assert "error" in line.lower(), line
+    for needle in needles:
+        assert needle in line, f"{needle!r} not named in {line!r}"
+    assert proc.stdout.strip() == "", f"an error also printed to stdout: {proc.stdout!r}"
+    return line
+
+
+def results_written(out: Path) -> list[Path]:
+    """Results tables (finished or partial) a sweep left in ``out``."""
+    return sorted(out.glob("results*")) if out.exists() else []
+
+
+def ids(prefix: str) -> list[str]:
+    found = [name for name in CASES if name.startswith(prefix)]
+    assert found, prefix
+    return found
+
+
+# -- sanity -------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ids("ok/"))
+def test_unmodified_inputs_succeed(outcomes, name):
+    outcome = outcomes[name]
+    assert outcome.proc.returncode == 0, outcome.proc.stderr
+    assert "Traceback" not in outcome.proc.stderr
+    if name == "ok/experiment":
+        assert results_written(outcome.folder / "out") == [outcome.folder / "out" / "results.csv"]
+
+
+# -- the error cases ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ids("unknown/"))
+def test_unknown_names(outcomes, name):
+    error_line(outcomes[name], *CASES[name].needles)
+
+
+@pytest.mark.parametrize("name", ids("value/"))
+def test_bad_parameter_values(outcomes, name):
+    error_line(outcomes[name], *CASES[name].needles)
+
+
+@pytest.mark.parametrize("name", ids("threads/"))
+def test_bad_thread_counts(outcomes, name):
+    error_line(outcomes[name], *CASES[name].needles)
+
+
+@pytest.mark.parametrize("name", ids("costs/"))
+def test_bad_cost_files(outcomes, name):
+    error_line(outcomes[name], *CASES[name].needles)
+
+
+@pytest.mark.parametrize("name", ids("machine/"))
+def test_bad_machine_files(outcomes, name):
+    error_line(outcomes[name], *CASES[name].needles)
+
+
+@pytest.mark.parametrize("name", ids("sweep/"))
+def test_bad_experiments_write_nothing(outcomes, name):
+    outcome = outcomes[name]
+    error_line(outcome, *CASES[name].needles)
+    assert results_written(outcome.folder / "out") == [], "a failed sweep left a results file behind"
+    assert not (outcome.folder / "results").exists(), "a failed sweep wrote into the default results folder"
+    if name == "sweep/out-is-a-file":
+        assert (outcome.folder / "taken").read_text(encoding="utf-8") == "not a folder"
+
+
+@pytest.mark.parametrize("name", ids("fit/"))
+def test_fit_on_things_that_are_not_results(outcomes, name):
+    error_line(outcomes[name], *CASES[name].needles)
+
+
+# -- inputs that once ended in a traceback ---------------------------------------------------------------------------------------------
+
+def test_negative_seed(outcomes):
+    error_line(outcomes["bug/negative-seed"], *CASES["bug/negative-seed"].needles)
+
+
+def test_chunks_path_is_a_directory(outcomes):
+    error_line(outcomes["bug/chunks-is-a-folder"], *CASES["bug/chunks-is-a-folder"].needles)
+
+
+def test_bad_round_in_grid_axis(outcomes):
+    outcome = outcomes["bug/round-not-a-number"]
+    error_line(outcome, *CASES["bug/round-not-a-number"].needles)
+    assert results_written(outcome.folder / "out") == []
+
+
+def test_overflowing_workload_is_one_line(outcomes):
+    error_line(outcomes["bug/overflowing-workload"], *CASES["bug/overflowing-workload"].needles)

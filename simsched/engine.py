@@ -20,7 +20,7 @@ STATES = ("compute", "schedule", "sync", "idle")
 class Loop:
     """One parallel loop over iterations [0, n): its costs as prefix sums, so any chunk costs O(1)."""
 
-    def __init__(self, costs: Any, serial_ns: float = 0.0, name: str = ""):
+    def __init__(self, costs: Any, name: str = ""):
         costs = np.asarray(costs, dtype=float)
         if costs.ndim != 1 or costs.size == 0:
             raise SimschedError("a loop needs a non-empty 1-D array of iteration costs")
@@ -28,12 +28,9 @@ class Loop:
             raise SimschedError("iteration costs must be finite")
         if np.any(costs < 0):
             raise SimschedError("iteration costs must be >= 0")
-        if not np.isfinite(serial_ns) or serial_ns < 0:
-            raise SimschedError("serial time before a loop must be a finite number >= 0")
         self.n = int(costs.size)
         self.prefix = np.concatenate(([0.0], np.cumsum(costs)))
         self.total = float(self.prefix[-1])
-        self.serial_ns = float(serial_ns)
         self.name = name
 
     def cost(self, lo: int, hi: int) -> float:
@@ -44,12 +41,11 @@ class Loop:
 class Simulation:
     """The state of one run: SimPy environment, modeled memory, per-worker accounting and the chunk log."""
 
-    def __init__(self, machine: Machine, threads: int, loops: Sequence[Loop], seed: int = 0):
+    def __init__(self, machine: Machine, threads: int, loops: Sequence[Loop] = (), seed: int = 0):
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise SimschedError(f"seed must be an integer >= 0, got {seed!r}")
         self.machine = machine
         self.threads = machine.check_threads(threads)
-        self.loops = list(loops)
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.env = simpy.Environment()
@@ -61,7 +57,11 @@ class Simulation:
         self.slowdown = [float(x) for x in machine.speed_factors(self.threads)]
         self.time = {state: [0.0] * self.threads for state in STATES}
         self._chunks: list[tuple[int, int, int, int, float, float]] = []
-        self.loop_start = [0.0] * len(self.loops)
+        self.load(loops)
+
+    def load(self, loops: Sequence[Loop]) -> None:
+        """Set the program: the loops the master runs one after another."""
+        self.loops = list(loops)
         self.loop_end = [0.0] * len(self.loops)
 
     # Workers index the memory's latency rows by worker number, since worker w sits on cores[w].
@@ -133,7 +133,7 @@ class Simulation:
         chunks = pd.DataFrame({name: table[:, i].astype(np.int64) if i < 4 else table[:, i]
                                for i, name in enumerate(CHUNK_COLUMNS)})
         self._verify(chunks, scheduler.spec)
-        sequential = sum(loop.total + loop.serial_ns for loop in self.loops)
+        sequential = sum(loop.total for loop in self.loops)
         return Result(
             machine=self.machine.name,
             scheduler=scheduler.spec,
@@ -193,10 +193,9 @@ def simulate_program(machine, scheduler, workloads, threads: int, seed: int = 0,
     specs = [get_workload(w) for w in workloads]
     if not specs:
         raise SimschedError("a program needs at least one loop")
-    sim = Simulation(machine, threads, [], seed=seed)
-    sim.loops = [Loop(w.costs(sim.rng), serial_ns=w.serial_ns) for w in specs] * int(repeat)
-    sim.loop_start = [0.0] * len(sim.loops)
-    sim.loop_end = [0.0] * len(sim.loops)
+    sim = Simulation(machine, threads, seed=seed)
+    # The run's one generator draws the costs, so the same seed gives the same loops.
+    sim.load([Loop(w.costs(sim.rng)) for w in specs] * int(repeat))
     result = sim.run(sched)
     result.workload = " ; ".join(w.spec for w in specs)
     result.repeat = int(repeat)

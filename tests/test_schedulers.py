@@ -131,3 +131,9 @@ def test_unknown_scheduler_parameter_is_rejected():
         simsched.get_scheduler("omp-dynamic:foo=1")
     with pytest.raises(simsched.SimschedError, match="chunk=0 must be >= 1"):
         simsched.get_scheduler("omp-dynamic:chunk=0")
+
+
+def test_iteration_owner_maps_each_iteration_to_its_worker():
+    r = simsched.simulate(toy_machine(cores=4), "omp-static", "uforall:n=10,cost_ns=1", 4, repeat=2)
+    assert r.iteration_owner(0).tolist() == [0, 0, 1, 1, 1, 2, 2, 3, 3, 3]
+    assert r.iteration_owner(1).tolist() == r.iteration_owner(0).tolist()

@@ -44,11 +44,8 @@ class ForkJoin(Scheduler):
         self.views = None
 
     def worker(self, sim, w: int):
-        for index, loop in enumerate(sim.loops):
+        for index in range(len(sim.loops)):
             if w == 0:
-                if loop.serial_ns:
-                    yield sim.wait(0, "compute", sim.env.now + loop.serial_ns * sim.slowdown[0])
-                sim.loop_start[index] = sim.env.now
                 self.prepare(sim, index)
                 t = sim.env.now + sim.costs["loop_setup"]
                 t = sim.memory.store(self.descriptor, 0, index, at=t)

@@ -28,7 +28,6 @@ class Workload:
     def __init__(self, **params: Any):
         self.given = dict(params)
         self.params = resolve_params(f"workload {self.name}", self.PARAMS, params)
-        self.serial_ns = 0.0
         self.check()
 
     def check(self) -> None:
@@ -181,7 +180,7 @@ class ArrayWorkload(Workload):
 
     def __init__(self, costs):
         self._costs = np.asarray(costs, dtype=float)
-        self.given, self.params, self.serial_ns = {}, {}, 0.0
+        self.given, self.params = {}, {}
 
     @property
     def spec(self):

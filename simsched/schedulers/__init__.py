@@ -1,4 +1,7 @@
-"""The scheduler registry: names from SCHEDULERS.md mapped to their implementations."""
+"""The scheduler registry: names from SCHEDULERS.md mapped to their implementations.
+
+Every concrete Scheduler subclass with a ``name`` in the modules below is registered.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +9,18 @@ from typing import Any
 
 from ..errors import SimschedError
 from ..spec import parse_spec
+from . import binlpt, finegrain, hybrid, ich, selfsched, static, stealing  # noqa: F401  (registration)
 from .base import Scheduler
-from .finegrain import FineGrainCentral, FineGrainTree, FineGrainTreeFull
-from .selfsched import OmpDynamic, OmpGuided
-from .static import OmpStatic
 
-REGISTRY: dict[str, type[Scheduler]] = {
-    cls.name: cls
-    for cls in (OmpStatic, FineGrainTree, FineGrainCentral, FineGrainTreeFull, OmpDynamic, OmpGuided)
-}
+
+def _concrete(cls):
+    for sub in cls.__subclasses__():
+        if sub.name:
+            yield sub
+        yield from _concrete(sub)
+
+
+REGISTRY: dict[str, type[Scheduler]] = {cls.name: cls for cls in _concrete(Scheduler)}
 
 
 def get_scheduler(spec: str | Scheduler, **params: Any) -> Scheduler:

@@ -1,0 +1,1 @@
+"""Work stealing: Cilk-style deques (THE protocol), random victims, sleeping thieves."""

@@ -14,7 +14,7 @@ from .machine import Machine, load_machine
 from .memory import Memory
 from .result import CHUNK_COLUMNS, Result
 
-STATES = ("compute", "schedule", "sync", "idle")
+STATES = ("compute", "schedule", "steal", "sync", "idle")
 
 
 class Loop:
@@ -56,6 +56,9 @@ class Simulation:
                              self.costs, machine.serve_ns, machine.transfer_fraction)
         self.slowdown = [float(x) for x in machine.speed_factors(self.threads)]
         self.time = {state: [0.0] * self.threads for state in STATES}
+        # Each worker's most recent accounted segments (state, start, end): the ones that may reach
+        # past the end of a run that finishes while the worker is busy (see ``run``).
+        self.last: list[tuple] = [()] * self.threads
         self._chunks: list[tuple[int, int, int, int, float, float]] = []
         self.load(loops)
 
@@ -102,9 +105,11 @@ class Simulation:
         prefix = self.loops[loop].prefix
         work = (prefix.item(hi) - prefix.item(lo)) * self.slowdown[worker]
         end = start + work
+        now = self.env.now
         self._chunks.append((worker, loop, lo, hi, start, end))
-        self.time["schedule"][worker] += start - self.env.now
+        self.time["schedule"][worker] += start - now
         self.time["compute"][worker] += work
+        self.last[worker] = (("schedule", now, start), ("compute", start, end))
         return end
 
     def until(self, when: float):
@@ -114,7 +119,10 @@ class Simulation:
 
     def wait(self, worker: int, state: str, when: float):
         """Advance ``worker`` to ``when``, accounting the time to ``state``."""
-        self.time[state][worker] += max(when - self.env.now, 0.0)
+        now = self.env.now
+        if when > now:
+            self.time[state][worker] += when - now
+            self.last[worker] = ((state, now, when),)
         return self.until(when)
 
     def run(self, scheduler) -> Result:
@@ -122,9 +130,15 @@ class Simulation:
         scheduler.setup(self)
         env = self.env
         processes = [env.process(scheduler.worker(self, w)) for w in range(self.threads)]
-        env.run(until=processes[0])
+        env.run(until=scheduler.completion(self, processes))
         makespan = float(env.now)
         self.memory.tally(self.counters)
+        for w in range(self.threads):
+            # Work in flight when the run ended (a steal attempt, a chunk) counts only up to the end.
+            for state, start, end in self.last[w]:
+                cut = end - max(start, makespan)
+                if cut > 0:
+                    self.time[state][w] -= cut
         idle = self.time["idle"]
         for w in range(self.threads):
             busy = sum(self.time[s][w] for s in STATES if s != "idle")

@@ -59,6 +59,7 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "combine": _key(float),
         "spawn": _key(float, False),
         "steal": _key(float, False),
+        "stack_switch": _key(float, False),
         "split": _key(float, False),
         "task_create": _key(float, False),
     },

@@ -78,9 +78,13 @@ class Memory:
         return line
 
     # -- plain accesses ---------------------------------------------------------------
-    def read(self, line: Line, core: int) -> tuple[Any, float]:
-        """Read the line from ``core``: (value, completion time)."""
-        now = self.env.now
+    def read(self, line: Line, core: int, at: float | None = None) -> tuple[Any, float]:
+        """Read the line from ``core``: (value, completion time).
+
+        ``at`` (here and below) issues the operation later than now, for a worker that
+        chains several operations without waking up in between.
+        """
+        now = self.env.now if at is None else at
         start = line.free_at if line.free_at > now else now
         if core in line.sharers:
             return line.value, start
@@ -89,10 +93,7 @@ class Memory:
         return line.value, start + self.transfer[line.holder][core]
 
     def store(self, line: Line, core: int, value: Any, at: float | None = None) -> float:
-        """Write ``value`` from ``core`` (through the store buffer): the writer's completion time.
-
-        ``at`` issues the store later than now, for a writer that has stores queued back to back.
-        """
+        """Write ``value`` from ``core`` (through the store buffer): the writer's completion time."""
         now = self.env.now if at is None else at
         start = line.free_at if line.free_at > now else now
         line.value = value
@@ -104,9 +105,10 @@ class Memory:
         return start + self.store_ns
 
     # -- atomic read-modify-writes ----------------------------------------------------
-    def rmw(self, line: Line, core: int, update: Callable[[Any], Any]) -> tuple[Any, float]:
+    def rmw(self, line: Line, core: int, update: Callable[[Any], Any],
+            at: float | None = None) -> tuple[Any, float]:
         """Atomically replace the value v by ``update(v)``: (old value, completion time)."""
-        now = self.env.now
+        now = self.env.now if at is None else at
         start = line.free_at if line.free_at > now else now
         self.atomics += 1
         if line.holder != core:
@@ -122,13 +124,13 @@ class Memory:
             self._notify(line, core, done)
         return old, done
 
-    def fetch_add(self, line: Line, core: int, amount: int = 1) -> tuple[Any, float]:
+    def fetch_add(self, line: Line, core: int, amount: int = 1, at: float | None = None) -> tuple[Any, float]:
         """Atomic fetch-and-add: (old value, completion time).
 
         The same as ``rmw(line, core, lambda v: v + amount)``, inlined: self-scheduling
         claims call it once per chunk.
         """
-        now = self.env.now
+        now = self.env.now if at is None else at
         start = line.free_at if line.free_at > now else now
         self.atomics += 1
         holder = line.holder
@@ -147,13 +149,13 @@ class Memory:
             self._notify(line, core, done)
         return old, done
 
-    def fetch_or(self, line: Line, core: int, bits: int) -> tuple[Any, float]:
+    def fetch_or(self, line: Line, core: int, bits: int, at: float | None = None) -> tuple[Any, float]:
         """Atomic fetch-and-or: (old value, completion time)."""
-        return self.rmw(line, core, lambda v: v | bits)
+        return self.rmw(line, core, lambda v: v | bits, at)
 
-    def exchange(self, line: Line, core: int, value: Any) -> tuple[Any, float]:
+    def exchange(self, line: Line, core: int, value: Any, at: float | None = None) -> tuple[Any, float]:
         """Atomic exchange: (old value, completion time)."""
-        return self.rmw(line, core, lambda v: value)
+        return self.rmw(line, core, lambda v: value, at)
 
     def cas(self, line: Line, core: int, expected: Any, new: Any) -> tuple[bool, Any, float]:
         """Compare-and-swap: (succeeded, value found, completion time); a failed CAS still owns the line."""
@@ -169,7 +171,7 @@ class Memory:
         event = Event(env)
         if ready(line.value):
             value, seen = self.read(line, core)
-            _fire_at(env, event, seen, value)
+            fire_at(env, event, seen, value)
         else:
             line.spinners.append((core, ready, event))
         return event
@@ -184,7 +186,7 @@ class Memory:
             core, ready, event = spinner
             if ready(value):
                 line.sharers.add(core)
-                _fire_at(env, event, visible + lat[core] + served * serve, value)
+                fire_at(env, event, visible + lat[core] + served * serve, value)
                 served += 1
             else:
                 waiting.append(spinner)
@@ -192,7 +194,7 @@ class Memory:
         self.transfers += served
 
 
-def _fire_at(env, event: Event, when: float, value: Any) -> None:
+def fire_at(env, event: Event, when: float, value: Any = None) -> None:
     """Trigger ``event`` at absolute time ``when`` (what ``simpy.Timeout`` does, without a new object)."""
     event._ok = True
     event._value = value

@@ -29,6 +29,10 @@ class Scheduler:
     def worker(self, sim, w: int):
         raise NotImplementedError
 
+    def completion(self, sim, processes):
+        """The event that ends the run: by default the master (worker 0) finishing its program."""
+        return processes[0]
+
 
 class ForkJoin(Scheduler):
     """A master-driven loop: the master publishes each loop, workers run their share, the master waits for all.

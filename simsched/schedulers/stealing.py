@@ -1,1 +1,199 @@
-"""Work stealing: Cilk-style deques (THE protocol), random victims, sleeping thieves."""
+"""Work stealing: Cilk-style deques (THE protocol), random victims, sleeping thieves.
+
+Each worker owns a deque of continuations. Splitting a range pushes its upper half at
+the tail (a spawn); the owner pops at the tail; a thief locks a random victim's deque
+and takes the head, the oldest and largest piece. Stolen work runs in a new *frame*
+whose completion is reported to its parent's join counter; a loop is done when its
+root frame's own strand and every stolen descendant have finished. The worker that
+finishes a frame last resumes what follows its sync, as in Cilk, so the next loop of a
+program starts on whichever worker completed the previous one.
+
+Deque operations by the owner are charged on the deque's head and tail lines; they
+cost little unless a thief touched them. Pushes and pops are folded into the next
+leaf's single event, so events grow with leaves and steal attempts, not iterations.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from ..memory import fire_at
+from ..spec import Param
+from .base import Scheduler
+
+
+class Frame:
+    """A full frame: a loop's root or stolen work, complete when its strand and all stolen children are."""
+
+    __slots__ = ("parent", "line", "pending", "strand_done", "loop")
+
+    def __init__(self, parent: "Frame | None", line, loop: int):
+        self.parent = parent
+        self.line = line          # its join counter, homed where the frame runs
+        self.pending = 0          # stolen children not yet finished
+        self.strand_done = False
+        self.loop = loop
+
+
+class WorkStealing(Scheduler):
+    """Deques of continuations per worker; idle workers steal from random victims and sleep after failing."""
+
+    PARAMS = {
+        "grain": Param("grain", int, 0, lambda v: v >= 0, ">= 1 (0: max(1, min(2048, N/(8P))))",
+                       help="leaf size of the binary splitting (0: Cilk's default)"),
+        "sleep_after": Param("sleep_after", int, 128, lambda v: v >= 1, ">= 1",
+                             help="consecutive failed steals before a worker sleeps (assumed, the order of "
+                                  "Cilk Plus's max_steal_failures)"),
+    }
+
+    def setup(self, sim) -> None:
+        mem, threads = sim.memory, sim.threads
+        self.deques = [deque() for _ in range(threads)]
+        self.head = [mem.line(f"deque[{w}].head", 0, home=w) for w in range(threads)]
+        self.tail = [mem.line(f"deque[{w}].tail", 0, home=w) for w in range(threads)]
+        self.lock = [mem.line(f"deque[{w}].lock", 0, home=w) for w in range(threads)]
+        self.sleepers: list = []
+        self.finished = False
+        self.done = sim.env.event()
+        self.next_loop = 0
+
+    def completion(self, sim, processes):
+        return self.done
+
+    def grain(self, sim, index: int) -> int:
+        if self.params["grain"]:
+            return self.params["grain"]
+        return max(1, min(2048, sim.loops[index].n // (8 * sim.threads)))
+
+    # -- the worker ---------------------------------------------------------------------
+    def worker(self, sim, w: int):
+        work = self.begin_loop(sim, w, sim.env.now) if w == 0 else None
+        failures = 0
+        while not self.finished:
+            if work is not None:
+                work = yield from self.strand(sim, w, *work)
+                failures = 0
+                continue
+            work = yield from self.steal(sim, w)
+            if work is None:
+                failures += 1
+                if failures >= self.params["sleep_after"]:
+                    yield from self.sleep(sim, w)
+                    failures = 0
+
+    def begin_loop(self, sim, w: int, t: float):
+        """Worker ``w`` reaches the next loop of the program at time ``t``: its root frame and whole range."""
+        index = self.next_loop
+        self.next_loop += 1
+        t += sim.costs["loop_setup"]
+        root = Frame(None, sim.memory.line(f"loop[{index}].root", 0, home=w), index)
+        return root, 0, sim.loops[index].n, t
+
+    def strand(self, sim, w: int, frame: Frame, lo: int, hi: int, t: float):
+        """Run [lo, hi) of ``frame`` on ``w``, then whatever ``w`` pops, until its deque is empty.
+
+        Returns the work ``w`` picks up next (a new loop it must start) or None.
+        """
+        mem, costs, env = sim.memory, sim.costs, sim.env
+        grain = self.grain(sim, frame.loop)
+        own = self.deques[w]
+        while True:
+            # Spawn the upper halves, continue with the lower: the work-first order. The
+            # spawns and the pop before them count as scheduling time in run_chunk.
+            while hi - lo > grain:
+                mid = (lo + hi) // 2
+                own.append((mid, hi, frame))
+                t = mem.store(self.tail[w], w, len(own), at=t + costs["spawn"])
+                sim.counters["tasks_created"] += 1
+                if self.sleepers:
+                    self.wake(sim, t)
+                hi = mid
+            yield sim.until(sim.run_chunk(w, frame.loop, lo, hi, t))
+            # Pop the tail: store the new tail, fence, read the head a thief may have moved.
+            t = mem.store(self.tail[w], w, len(own) - 1) + costs["atomic"]
+            _, t = mem.read(self.head[w], w, at=t)
+            if not own:
+                break
+            lo, hi, popped = own.pop()
+            assert popped is frame
+        yield sim.wait(w, "schedule", t)
+        work, t = self.finish_strand(sim, w, frame, t)
+        yield sim.wait(w, "sync", t)
+        return work
+
+    def finish_strand(self, sim, w: int, frame: Frame, t: float):
+        """``w`` reached ``frame``'s sync: complete it and its ancestors while nothing else is pending.
+
+        Returns (the next loop's work if ``w`` completed a loop and another follows, time).
+        """
+        frame.strand_done = True
+        while frame.strand_done and frame.pending == 0:
+            parent = frame.parent
+            if parent is None:
+                return self.end_loop(sim, w, frame, t), t
+            _, t = sim.memory.fetch_add(parent.line, w, -1, at=t)
+            parent.pending -= 1
+            frame = parent
+        return None, t
+
+    def end_loop(self, sim, w: int, root: Frame, t: float):
+        """The loop's root frame is complete: ``w`` continues the program after its sync."""
+        sim.loop_end[root.loop] = t
+        if self.next_loop < len(sim.loops):
+            return self.begin_loop(sim, w, t)
+        self.finished = True
+        fire_at(sim.env, self.done, t)
+        while self.sleepers:
+            self.wake(sim, t, count=False)
+        return None
+
+    # -- thieves --------------------------------------------------------------------------
+    def steal(self, sim, w: int):
+        """One steal attempt on a random victim: the stolen work (frame, lo, hi, t), or None."""
+        mem, env, threads = sim.memory, sim.env, sim.threads
+        now = env.now
+        sim.counters["steal_attempts"] += 1
+        if threads == 1:
+            yield sim.wait(w, "steal", now + sim.costs["steal"])
+            return None
+        victim = int(sim.rng.integers(threads - 1))
+        victim += victim >= w
+        lock = self.lock[victim]
+        _, t = mem.exchange(lock, w, 1)
+        _, t = mem.read(self.tail[victim], w, at=t)
+        work = None
+        if self.deques[victim]:
+            lo, hi, parent = self.deques[victim].popleft()
+            # Steal bookkeeping, then a fresh stack on which to resume the stolen continuation.
+            t = mem.store(self.head[victim], w, 0, at=t) + sim.costs["steal"] + sim.costs["stack_switch"]
+            # The thief promotes the victim's frame: one more child to wait for at its sync.
+            parent.pending += 1
+            _, t = mem.fetch_add(parent.line, w, 1, at=t)
+            frame = Frame(parent, mem.line("frame", 0, home=w), parent.loop)
+            sim.counters["steals"] += 1
+            work = (frame, lo, hi, t)
+        t = mem.store(lock, w, 0, at=t)
+        lock.free_at = max(lock.free_at, t)  # the lock is held until this store: later lockers queue behind it
+        yield sim.wait(w, "steal", t)
+        return work
+
+    def sleep(self, sim, w: int):
+        """Sleep until new work appears, then pay the OS wake-up latency."""
+        event = sim.env.event()
+        self.sleepers.append(event)
+        yield event
+        if not self.finished:
+            yield sim.env.timeout(sim.machine.wakeup_ns)
+
+    def wake(self, sim, t: float, count: bool = True) -> None:
+        """Wake the longest-sleeping worker at time ``t``."""
+        fire_at(sim.env, self.sleepers.pop(0), t)
+        if count:
+            sim.counters["wakeups"] += 1
+
+
+class Cilk(WorkStealing):
+    """``cilk_for``: recursive binary splitting down to a grain, balanced by randomized work stealing."""
+
+    name = "cilk"
+    summary = "Cilk cilk_for: binary splitting, THE-protocol deques, random stealing, sleeping thieves"

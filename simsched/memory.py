@@ -33,13 +33,14 @@ from simpy.events import Event
 class Line:
     """A modeled cache line: one shared word, its holder, its valid copies, and the cores spinning on it."""
 
-    __slots__ = ("name", "value", "holder", "free_at", "sharers", "spinners")
+    __slots__ = ("name", "value", "holder", "free_at", "written_at", "sharers", "spinners")
 
     def __init__(self, name: str, value: Any, home: int):
         self.name = name
         self.value = value
         self.holder = home
         self.free_at = 0.0
+        self.written_at = float("-inf")  # when the last write became visible
         self.sharers = {home}
         self.spinners: list[tuple[int, Callable[[Any], bool], Event]] = []
 
@@ -90,7 +91,10 @@ class Memory:
             return line.value, start
         line.sharers.add(core)
         self.transfers += 1
-        return line.value, start + self.transfer[line.holder][core]
+        # A fresh write is seen no sooner than a spinner would see it.
+        done = start + self.transfer[line.holder][core]
+        seen = line.written_at + self.lat[line.holder][core]
+        return line.value, done if done > seen else seen
 
     def store(self, line: Line, core: int, value: Any, at: float | None = None) -> float:
         """Write ``value`` from ``core`` (through the store buffer): the writer's completion time."""
@@ -99,7 +103,7 @@ class Memory:
         line.value = value
         line.holder = core
         line.sharers = {core}
-        line.free_at = start
+        line.free_at = line.written_at = start
         if line.spinners:
             self._notify(line, core, start)
         return start + self.store_ns
@@ -119,7 +123,7 @@ class Memory:
         line.value = update(old)
         line.holder = core
         line.sharers = {core}
-        line.free_at = done
+        line.free_at = line.written_at = done
         if line.spinners:
             self._notify(line, core, done)
         return old, done
@@ -144,7 +148,7 @@ class Memory:
         done = start + self.atomic_ns
         old = line.value
         line.value = old + amount
-        line.free_at = done
+        line.free_at = line.written_at = done
         if line.spinners:
             self._notify(line, core, done)
         return old, done

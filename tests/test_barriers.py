@@ -47,8 +47,8 @@ def test_half_barrier_phases_alone():
     join, _ = barrier_exits("tree", 2, phase="join")
     release, _ = barrier_exits("tree", 2, phase="release")
     assert join == {0: 100.0, 1: 1.0}
-    # The root's store lands before w1 looks (same instant, root first): w1 pays a read miss, 50 ns.
-    assert release == {0: 1.0, 1: 50.0}
+    # The root's store lands as w1 starts looking: w1 sees it one-way latency later, as a spinner would.
+    assert release == {0: 1.0, 1: 100.0}
 
 
 @pytest.mark.parametrize("k, expected_children", [

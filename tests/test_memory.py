@@ -104,14 +104,21 @@ def test_spin_on_a_value_already_there_costs_a_read_miss():
     seen = {}
 
     def spinner():
+        # Written at t=0: seen no sooner than the one-way latency, 100 ns.
         yield mem.spin_until(flag, 2, lambda v: v >= 3)
         seen["first"] = env.now
         yield mem.spin_until(flag, 2, lambda v: v >= 3)  # now cached: free
         seen["second"] = env.now
+        yield env.timeout(500)
+        mem.store(flag, 0, 4)
+        yield env.timeout(500)
+        # Written long ago: a read miss costs one transfer, 50 ns.
+        yield mem.spin_until(flag, 2, lambda v: v >= 4)
+        seen["late"] = env.now
 
     env.process(spinner())
     env.run()
-    assert seen == {"first": 50.0, "second": 50.0}
+    assert seen == {"first": 100.0, "second": 100.0, "late": 1150.0}
 
 
 def test_failed_cas_reports_the_value_found():

@@ -166,12 +166,21 @@ class TreeBarrier(Barrier):
         sim.counters["barrier_phases"] += w == 0
 
     def release(self, w: int):
-        sim, mem = self.sim, self.sim.memory
+        sim = self.sim
         start = sim.env.now
         self.release_episode[w] += 1
         episode = self.release_episode[w]
         if w != 0:
-            yield mem.spin_until(self.go[w], w, lambda v, e=episode: v >= e)
+            yield sim.memory.spin_until(self.go[w], w, lambda v, e=episode: v >= e)
+        yield from self._forward(w, episode, start)
+
+    def forward(self, w: int):
+        """Pass on a release that ``w`` already noticed (by polling its flag rather than spinning)."""
+        self.release_episode[w] += 1
+        yield from self._forward(w, self.release_episode[w], self.sim.env.now)
+
+    def _forward(self, w: int, episode: int, start: float):
+        sim, mem = self.sim, self.sim.memory
         t = sim.env.now
         # Far subtrees first: they have the longest way to go.
         for child in reversed(self.tree.children[w]):

@@ -19,7 +19,9 @@ from collections import deque
 
 from ..memory import fire_at
 from ..spec import Param
-from .base import Scheduler
+from .base import Scheduler, block
+
+RANGE = "range"  # deque item (RANGE, lo, hi, frame): iterations [lo, hi) of frame's loop
 
 
 class Frame:
@@ -82,44 +84,64 @@ class WorkStealing(Scheduler):
                     failures = 0
 
     def begin_loop(self, sim, w: int, t: float):
-        """Worker ``w`` reaches the next loop of the program at time ``t``: its root frame and whole range."""
+        """Worker ``w`` reaches the next loop of the program at time ``t``: (root frame, first item, time)."""
         index = self.next_loop
         self.next_loop += 1
         t += sim.costs["loop_setup"]
         root = Frame(None, sim.memory.line(f"loop[{index}].root", 0, home=w), index)
-        return root, 0, sim.loops[index].n, t
+        return root, self.first_item(sim, w, root), t
 
-    def strand(self, sim, w: int, frame: Frame, lo: int, hi: int, t: float):
-        """Run [lo, hi) of ``frame`` on ``w``, then whatever ``w`` pops, until its deque is empty.
+    def first_item(self, sim, w: int, root: Frame) -> tuple:
+        """What the worker that starts a loop runs first: the whole range."""
+        return (RANGE, 0, sim.loops[root.loop].n, root)
+
+    def strand(self, sim, w: int, frame: Frame, item: tuple, t: float):
+        """Run ``item`` of ``frame`` on ``w``, then whatever ``w`` pops, until its deque is empty.
 
         Returns the work ``w`` picks up next (a new loop it must start) or None.
         """
-        mem, costs, env = sim.memory, sim.costs, sim.env
-        grain = self.grain(sim, frame.loop)
+        mem, costs = sim.memory, sim.costs
         own = self.deques[w]
         while True:
-            # Spawn the upper halves, continue with the lower: the work-first order. The
-            # spawns and the pop before them count as scheduling time in run_chunk.
-            while hi - lo > grain:
-                mid = (lo + hi) // 2
-                own.append((mid, hi, frame))
-                t = mem.store(self.tail[w], w, len(own), at=t + costs["spawn"])
-                sim.counters["tasks_created"] += 1
-                if self.sleepers:
-                    self.wake(sim, t)
-                hi = mid
-            yield sim.until(sim.run_chunk(w, frame.loop, lo, hi, t))
+            if item[0] == RANGE:
+                _, lo, hi, _ = item
+                # Spawn the upper halves, continue with the lower: the work-first order. The
+                # spawns and the pop before them count as scheduling time in run_chunk.
+                grain = self.grain(sim, frame.loop)
+                while hi - lo > grain:
+                    mid = (lo + hi) // 2
+                    t = self.push(sim, w, (RANGE, mid, hi, frame), t)
+                    hi = mid
+                yield sim.until(sim.run_chunk(w, frame.loop, lo, hi, t))
+                t = sim.env.now
+            else:
+                item, t = self.run_item(sim, w, frame, item, t)
+                if item is not None:
+                    continue
             # Pop the tail: store the new tail, fence, read the head a thief may have moved.
-            t = mem.store(self.tail[w], w, len(own) - 1) + costs["atomic"]
+            t = mem.store(self.tail[w], w, len(own) - 1, at=t) + costs["atomic"]
             _, t = mem.read(self.head[w], w, at=t)
             if not own:
                 break
-            lo, hi, popped = own.pop()
-            assert popped is frame
+            item = own.pop()
         yield sim.wait(w, "schedule", t)
         work, t = self.finish_strand(sim, w, frame, t)
         yield sim.wait(w, "sync", t)
         return work
+
+    def push(self, sim, w: int, item: tuple, t: float) -> float:
+        """Spawn: ``w`` pushes ``item`` at its deque's tail at time ``t``; returns when that is done."""
+        own = self.deques[w]
+        own.append(item)
+        t = sim.memory.store(self.tail[w], w, len(own), at=t + sim.costs["spawn"])
+        sim.counters["tasks_created"] += 1
+        if self.sleepers:
+            self.wake(sim, t)
+        return t
+
+    def run_item(self, sim, w: int, frame: Frame, item: tuple, t: float):
+        """Run a deque item that is not a range: (the range to run next or None, time)."""
+        raise NotImplementedError(item[0])
 
     def finish_strand(self, sim, w: int, frame: Frame, t: float):
         """``w`` reached ``frame``'s sync: complete it and its ancestors while nothing else is pending.
@@ -163,19 +185,28 @@ class WorkStealing(Scheduler):
         _, t = mem.read(self.tail[victim], w, at=t)
         work = None
         if self.deques[victim]:
-            lo, hi, parent = self.deques[victim].popleft()
-            # Steal bookkeeping, then a fresh stack on which to resume the stolen continuation.
-            t = mem.store(self.head[victim], w, 0, at=t) + sim.costs["steal"] + sim.costs["stack_switch"]
-            # The thief promotes the victim's frame: one more child to wait for at its sync.
-            parent.pending += 1
-            _, t = mem.fetch_add(parent.line, w, 1, at=t)
-            frame = Frame(parent, mem.line("frame", 0, home=w), parent.loop)
-            sim.counters["steals"] += 1
-            work = (frame, lo, hi, t)
+            work, t = self.take(sim, w, victim, t)
         t = mem.store(lock, w, 0, at=t)
         lock.free_at = max(lock.free_at, t)  # the lock is held until this store: later lockers queue behind it
         yield sim.wait(w, "steal", t)
         return work
+
+    def take(self, sim, w: int, victim: int, t: float):
+        """The thief holds the victim's lock and the deque is not empty: take the head. (work, time)."""
+        mem = sim.memory
+        item = self.deques[victim].popleft()
+        parent = item[-1]
+        # Steal bookkeeping, then a fresh stack on which to resume the stolen continuation.
+        t = mem.store(self.head[victim], w, 0, at=t) + sim.costs["steal"] + sim.costs["stack_switch"]
+        sim.counters["steals"] += 1
+        frame, t = self.child_frame(sim, w, parent, t)
+        return (frame, item, t), t
+
+    def child_frame(self, sim, w: int, parent: Frame, t: float):
+        """A new full frame on ``w`` whose completion ``parent``'s sync will wait for: (frame, time)."""
+        parent.pending += 1
+        _, t = sim.memory.fetch_add(parent.line, w, 1, at=t)
+        return Frame(parent, sim.memory.line("frame", 0, home=w), parent.loop), t
 
     def sleep(self, sim, w: int):
         """Sleep until new work appears, then pay the OS wake-up latency."""

@@ -1,1 +1,78 @@
 """BinLPT: workload-aware chunks assigned longest-processing-time first, then chunk self-scheduling."""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from ..spec import Param
+from .selfsched import claim_by_index
+from .static import BARRIER_PARAM, FullBarriers
+
+
+def cut(estimate: np.ndarray, most: int) -> list[int]:
+    """Boundaries of at most ``most`` contiguous chunks of near-equal load, from prefix sums ``estimate``.
+
+    Chunk j ends at the first iteration whose prefix reaches j/most of the total, so a
+    heavy iteration that spans several targets closes one chunk, not several.
+    """
+    n = estimate.size - 1
+    targets = estimate[-1] * np.arange(1, most) / most
+    cuts = np.searchsorted(estimate, targets, side="left")
+    return np.unique(np.concatenate(([0], cuts, [n]))).tolist()
+
+
+def lpt(bounds: list[int], estimate: np.ndarray, threads: int) -> list[list[tuple[int, int]]]:
+    """Per-thread chunk queues: chunks by estimated load descending, each to the least-loaded thread so far.
+
+    Ties go to the lower chunk and the lower thread; each queue keeps the order its
+    chunks were dealt (heaviest first).
+    """
+    loads = np.diff(estimate[bounds])
+    heap = [(0.0, q) for q in range(threads)]
+    queues: list[list[tuple[int, int]]] = [[] for _ in range(threads)]
+    for c in np.argsort(-loads, kind="stable").tolist():
+        load, q = heap[0]
+        heapq.heapreplace(heap, (load + float(loads[c]), q))
+        queues[q].append((bounds[c], bounds[c + 1]))
+    return queues
+
+
+class BinLPT(FullBarriers):
+    """Chunks of near-equal estimated load dealt longest-first to per-thread queues, shared when one empties.
+
+    The master computes the chunks and queues while it sets up the loop (counted in
+    the machine's loop set-up cost). Each queue's next-chunk index lives on a line homed
+    on its thread's core: the owner claims with a fetch-and-add on it, and a thread
+    whose queue is empty does the same on the other queues, visiting them in a fixed
+    order starting after itself; a claim past a queue's end means it is empty.
+    """
+
+    name = "binlpt"
+    summary = "BinLPT: estimated-load chunks dealt longest-first to per-thread queues, then shared"
+    PARAMS = {
+        # 384 = 8 chunks per thread on the 48-thread machine (assumed; the BinLPT papers tune it per loop).
+        "chunks": Param("chunks", int, 384, lambda v: v >= 1, ">= 1", help="maximum number of chunks K"),
+        "estimate_noise": Param("estimate_noise", float, 0.0, lambda v: v >= 0, ">= 0",
+                                help="sigma of a lognormal factor on each iteration's load estimate "
+                                     "(0: estimates are the true costs)"),
+        "barrier": BARRIER_PARAM,
+    }
+
+    def prepare(self, sim, index):
+        loop = sim.loops[index]
+        estimate = loop.prefix
+        sigma = self.params["estimate_noise"]
+        if sigma:
+            factors = sim.rng.lognormal(0.0, sigma, loop.n)
+            estimate = np.concatenate(([0.0], np.cumsum(np.diff(loop.prefix) * factors)))
+        bounds = cut(estimate, self.params["chunks"])
+        self.queues = lpt(bounds, estimate, sim.threads)
+        self.index = [sim.memory.line(f"loop[{index}].queue[{q}]", 0, home=q) for q in range(sim.threads)]
+
+    def share(self, sim, w, index):
+        threads = sim.threads
+        for q in ((w + d) % threads for d in range(threads)):
+            t = yield from claim_by_index(sim, w, index, self.index[q], self.queues[q])
+            yield sim.wait(w, "schedule", t)

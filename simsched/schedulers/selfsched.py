@@ -1,10 +1,11 @@
-"""Work sharing from one shared next-iteration counter: OpenMP dynamic and guided self-scheduling."""
+"""Work sharing from one shared queue: OpenMP dynamic and guided, trapezoid, factoring, and taskloop."""
 
 from __future__ import annotations
 
 import math
 
 from ..spec import Param
+from .base import block
 from .static import BARRIER_PARAM, FullBarriers
 
 CHUNK_PARAM = Param("chunk", int, 1, lambda v: v >= 1, ">= 1", help="minimum chunk size")
@@ -41,31 +42,26 @@ class OmpDynamic(SelfScheduling):
     summary = "OpenMP dynamic: fixed chunks by fetch-and-add on one counter"
 
     def share(self, sim, w, index):
-        # Inlined Simulation.run_chunk with local accumulators: the claim and the chunk it
-        # hands out are one timeout, one event per chunk, and this loop runs once per chunk.
-        k, n = self.params["chunk"], sim.loops[index].n
-        prefix, slow, dispatch = sim.loops[index].prefix, sim.slowdown[w], sim.costs["chunk"]
-        fetch_add, line, env, log = sim.memory.fetch_add, self.next, sim.env, sim._chunks.append
-        timeout = env.timeout
-        chunks = 0
-        scheduling = busy = 0.0
-        while True:
-            now = env.now
-            lo, t = fetch_add(line, w, k)
-            if lo >= n:
-                break
-            hi = lo + k if lo + k < n else n
-            start = t + dispatch
-            work = (prefix.item(hi) - prefix.item(lo)) * slow
-            log((w, index, lo, hi, start, start + work))
-            scheduling += start - now
-            busy += work
-            chunks += 1
-            yield timeout(start + work - now)
-        sim.counters["chunks"] += chunks
-        sim.time["schedule"][w] += scheduling
-        sim.time["compute"][w] += busy
+        # Claiming chunk i by index is the same atomic as claiming iteration i*k.
+        chunks = FixedChunks(sim.loops[index].n, self.params["chunk"])
+        t = yield from claim_by_index(sim, w, index, self.next, chunks)
         yield sim.wait(w, "schedule", t)
+
+
+class FixedChunks:
+    """The chunk table [ik, (i+1)k) of a loop of n iterations, computed on demand."""
+
+    __slots__ = ("n", "k", "count")
+
+    def __init__(self, n: int, k: int):
+        self.n, self.k, self.count = n, k, -(-n // k)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, i: int) -> tuple[int, int]:
+        lo = i * self.k
+        return lo, min(lo + self.k, self.n)
 
 
 class OmpGuided(SelfScheduling):
@@ -87,3 +83,149 @@ class OmpGuided(SelfScheduling):
             lo = found
         return lo, lo, t
 
+
+def claim_by_index(sim, w, index, line, ranges):
+    """Run ``ranges[i]`` for each i claimed by fetch-and-add on ``line``; return when the failing claim ends.
+
+    Inlined like OmpDynamic.share: a claim's completion is folded into its chunk's
+    timeout, so there is one event per chunk.
+    """
+    prefix, slow, dispatch = sim.loops[index].prefix, sim.slowdown[w], sim.costs["chunk"]
+    fetch_add, env, log = sim.memory.fetch_add, sim.env, sim._chunks.append
+    timeout = env.timeout
+    count = len(ranges)
+    chunks = 0
+    scheduling = busy = 0.0
+    while True:
+        now = env.now
+        i, t = fetch_add(line, w, 1)
+        if i >= count:
+            break
+        lo, hi = ranges[i]
+        start = t + dispatch
+        work = (prefix.item(hi) - prefix.item(lo)) * slow
+        log((w, index, lo, hi, start, start + work))
+        scheduling += start - now
+        busy += work
+        chunks += 1
+        yield timeout(start + work - now)
+    sim.counters["chunks"] += chunks
+    sim.time["schedule"][w] += scheduling
+    sim.time["compute"][w] += busy
+    return t
+
+
+class IndexedChunks(SelfScheduling):
+    """A chunk table the master precomputes per loop; each chunk is claimed by one fetch-and-add on its index.
+
+    This is how runtimes implement such schedules (libomp's trapezoidal one claims a
+    chunk number, then computes its bounds): the claim is one atomic on a shared line,
+    and the lookup of the chunk's bounds is part of the machine's per-chunk cost.
+    Building the table is counted in the master's loop set-up cost.
+    """
+
+    def prepare(self, sim, index):
+        bounds = self.bounds(sim.loops[index].n, sim.threads, self.params["chunk"])
+        self.ranges = list(zip(bounds[:-1], bounds[1:]))
+        self.next = sim.memory.line(f"loop[{index}].chunk", 0, home=0)
+
+    def share(self, sim, w, index):
+        t = yield from claim_by_index(sim, w, index, self.next, self.ranges)
+        yield sim.wait(w, "schedule", t)
+
+    @staticmethod
+    def bounds(n, threads, k):
+        """The chunk boundaries 0 = b0 < b1 < ... = n for a loop of ``n`` iterations."""
+        raise NotImplementedError
+
+
+class Trapezoid(IndexedChunks):
+    """Trapezoid self-scheduling: chunks shrink linearly from f = ceil(N/2P) to l = 1 in ceil(2N/(f+l)) steps.
+
+    Each size is rounded to the nearest integer (halves up) and floored at ``chunk``;
+    the chunk that reaches N is cut there, and if the rounded sizes fall short, the
+    last chunk takes what is left.
+    """
+
+    name = "tss"
+    summary = "trapezoid self-scheduling: linearly shrinking chunks, claimed by index"
+
+    @staticmethod
+    def bounds(n, threads, k):
+        first, last = math.ceil(n / (2 * threads)), 1
+        count = math.ceil(2 * n / (first + last))
+        gaps = max(count - 1, 1)
+        bounds, lo = [0], 0
+        for i in range(count):
+            # round(first - i * (first - last) / gaps), halves up, in exact integers.
+            size = (2 * (first * gaps - i * (first - last)) + gaps) // (2 * gaps)
+            lo = min(lo + max(size, k), n)
+            bounds.append(lo)
+            if lo == n:
+                break
+        bounds[-1] = n  # rounding may leave a few iterations over: the last chunk takes them
+        return bounds
+
+
+class Factoring(IndexedChunks):
+    """Factoring: batches of P equal chunks of ceil(R/2P), R the iterations left when the batch starts."""
+
+    name = "fac2"
+    summary = "factoring: batches of P chunks of ceil(R/2P), claimed by index"
+
+    @staticmethod
+    def bounds(n, threads, k):
+        bounds, lo = [0], 0
+        while lo < n:
+            size = max(k, math.ceil((n - lo) / (2 * threads)))
+            for _ in range(threads):
+                lo = min(lo + size, n)
+                bounds.append(lo)
+                if lo == n:
+                    break
+        return bounds
+
+
+class Taskloop(FullBarriers):
+    """OpenMP taskloop: the master creates contiguous-range tasks one by one; workers take them in order.
+
+    The queue is two lines: the master publishes task i by storing i + 1 on the tail
+    line; a worker claims the next task with a fetch-and-add on the head line and, if
+    that task is not published yet, spins on the tail line until it is.
+    """
+
+    name = "taskloop"
+    summary = "OpenMP taskloop: master creates num_tasks tasks, workers take them from a queue"
+    PARAMS = {
+        "num_tasks": Param("num_tasks", int, 0, lambda v: v >= 1, ">= 1",
+                           help="tasks to create (default: one per worker; never more than iterations)"),
+        "barrier": BARRIER_PARAM,
+    }
+
+    def prepare(self, sim, index):
+        n = sim.loops[index].n
+        self.tasks = min(self.params["num_tasks"] or sim.threads, n)
+        self.head = sim.memory.line(f"loop[{index}].tasks.head", 0, home=0)
+        self.tail = sim.memory.line(f"loop[{index}].tasks.tail", 0, home=0)
+
+    def share(self, sim, w, index):
+        n, tasks, mem, env = sim.loops[index].n, self.tasks, sim.memory, sim.env
+        if w == 0:
+            # Creation is sequential: each task costs task_create, then a store that publishes it.
+            create, t = sim.costs["task_create"], env.now
+            for i in range(tasks):
+                yield sim.wait(0, "schedule", t + create)
+                t = mem.store(self.tail, 0, i + 1)
+            sim.counters["tasks_created"] += tasks
+            yield sim.wait(0, "schedule", t)
+        while True:
+            i, t = mem.fetch_add(self.head, w, 1)
+            yield sim.wait(w, "schedule", t)
+            if i >= tasks:
+                return
+            before = env.now
+            yield mem.spin_until(self.tail, w, lambda published, i=i: published > i)
+            sim.spend(w, "schedule", env.now - before)
+            lo, hi = block(n, tasks, i)
+            sim.counters["chunks"] += 1
+            yield sim.until(sim.run_chunk(w, index, lo, hi, env.now))

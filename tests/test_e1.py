@@ -32,3 +32,11 @@ def test_burdens_come_in_the_published_order(table):
 def test_dynamic_loops_need_far_longer_loops_than_static_ones(table):
     # Published: static schedulers show speedup from ~1.5 us, dynamic ones need ~16 us.
     assert table.loc["fg-tree", "t05_us"] < 5 < 10 < table.loc["omp-dynamic", "t05_us"]
+
+
+def test_headline_ratios_within_25_percent(table):
+    # AV21: the fine-grain scheduler's burden is 43% lower than OpenMP static's and 12.1x lower than Cilk's.
+    lower = 1 - table.loc["fg-tree", "d_us"] / table.loc["omp-static", "d_us"]
+    times = table.loc["cilk", "d_us"] / table.loc["fg-tree", "d_us"]
+    assert abs(lower / 0.43 - 1) <= 0.25, lower
+    assert abs(times / 12.1 - 1) <= 0.25, times

@@ -102,6 +102,7 @@ class CilkFineGrain(WorkStealing):
             yield sim.wait(w, "sync", t)
             if value > self.joined[w]:
                 yield from self.barrier.forward(w)
+                self.wake_children(sim, w)
                 yield from self.run_block(sim, w)
                 yield from self.barrier.join(w)
                 failures = 0
@@ -112,7 +113,9 @@ class CilkFineGrain(WorkStealing):
                 failures = 0
             else:
                 failures += 1
-                if failures >= self.params["sleep_after"]:
+                # Check the flag once more before sleeping: the master may have released a loop
+                # (and woken the sleepers) since the poll above.
+                if failures >= self.params["sleep_after"] and flag.value <= self.joined[w]:
                     yield from self.sleep(sim, w)
                     failures = 0
 
@@ -124,6 +127,7 @@ class CilkFineGrain(WorkStealing):
                 self.wake(sim, t)
             yield sim.wait(0, "schedule", t)
             yield from self.barrier.release(0)
+            self.wake_children(sim, 0)
             yield from self.run_block(sim, 0)
             yield from self.barrier.join(0)
             sim.loop_end[index] = env.now
@@ -131,6 +135,11 @@ class CilkFineGrain(WorkStealing):
         fire_at(env, self.done, env.now)
         while self.sleepers:
             self.wake(sim, env.now, count=False)
+
+    def wake_children(self, sim, w: int) -> None:
+        """A child that fell asleep after the master's wake-up call is woken by the parent that releases it."""
+        for child in self.barrier.tree.children[w]:
+            self.wake(sim, sim.env.now, worker=child)
 
     def run_block(self, sim, w: int):
         """Read the loop descriptor and run this worker's static block."""

@@ -41,8 +41,8 @@ class WorkStealing(Scheduler):
     """Deques of continuations per worker; idle workers steal from random victims and sleep after failing."""
 
     PARAMS = {
-        "grain": Param("grain", int, 0, lambda v: v >= 0, ">= 1 (0: max(1, min(2048, N/(8P))))",
-                       help="leaf size of the binary splitting (0: Cilk's default)"),
+        "grain": Param("grain", int, None, lambda v: v >= 1, ">= 1",
+                       help="leaf size of the binary splitting (default: max(1, min(2048, N/(8P))))"),
         "sleep_after": Param("sleep_after", int, 128, lambda v: v >= 1, ">= 1",
                              help="consecutive failed steals before a worker sleeps (assumed, the order of "
                                   "Cilk Plus's max_steal_failures)"),
@@ -211,14 +211,21 @@ class WorkStealing(Scheduler):
     def sleep(self, sim, w: int):
         """Sleep until new work appears, then pay the OS wake-up latency."""
         event = sim.env.event()
-        self.sleepers.append(event)
+        self.sleepers.append((w, event))
         yield event
         if not self.finished:
             yield sim.env.timeout(sim.machine.wakeup_ns)
 
-    def wake(self, sim, t: float, count: bool = True) -> None:
-        """Wake the longest-sleeping worker at time ``t``."""
-        fire_at(sim.env, self.sleepers.pop(0), t)
+    def wake(self, sim, t: float, count: bool = True, worker: int | None = None) -> None:
+        """Wake ``worker`` if it sleeps (by default the longest-sleeping worker) at time ``t``."""
+        if worker is None:
+            _, event = self.sleepers.pop(0)
+        else:
+            found = [i for i, (w, _) in enumerate(self.sleepers) if w == worker]
+            if not found:
+                return
+            _, event = self.sleepers.pop(found[0])
+        fire_at(sim.env, event, t)
         if count:
             sim.counters["wakeups"] += 1
 

@@ -56,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("results", help="results table (CSV/Parquet) or a sweep's output folder")
     fit.add_argument("--json", action="store_true", help="print a JSON list")
 
+    rank = sub.add_parser("rank", help="rank methods by best speedup over a baseline (the experiment's [rank])")
+    rank.add_argument("results", help="a sweep's output folder (or results table beside its experiment.toml)")
+    rank.add_argument("--baseline", help="baseline scheduler spec (default: the experiment's rank.baseline)")
+    rank.add_argument("--threads", type=_integer, help="thread count to rank at (default: every one)")
+    rank.add_argument("--json", action="store_true", help="print a JSON list")
+
     plot = sub.add_parser("plot", help="plot speedup against loop duration from sweep results")
     plot.add_argument("results", help="results table (CSV/Parquet) or a sweep's output folder")
     plot.add_argument("--out", help="image file (default: speedup.png beside the results)")
@@ -154,6 +160,16 @@ def cmd_sweep(args) -> int:
         first = frame[frame["error"] != ""].iloc[0]
         print(f"  first failure: {first['scheduler']} on {first['machine']} with {first['threads']} threads: "
               f"{first['error']}")
+    if experiment.rank and failed < len(frame):
+        from .analysis.ranking import format_ranking, rank_methods
+
+        spec = experiment.rank
+        table = rank_methods(frame, spec["baseline"], spec["baseline_threads"], spec.get("threads"))
+        table.to_csv(out / "ranking.csv", index=False)
+        print()
+        print(format_ranking(table, spec.get("highlight")))
+        if spec.get("published"):
+            print(f"published: {spec['published']}")
     if experiment.published_d_us and failed < len(frame):
         from .analysis import burden_table, format_burden_table
 
@@ -196,6 +212,28 @@ def cmd_fit(args) -> int:
     return 0
 
 
+def cmd_rank(args) -> int:
+    from .analysis.ranking import format_ranking, rank_methods
+    from .sweep import load_experiment, read_table
+
+    path = Path(args.results)
+    frame = read_table(path)
+    folder = path if path.is_dir() else path.parent
+    spec = {}
+    if (folder / "experiment.toml").is_file():
+        spec = load_experiment(folder / "experiment.toml").rank or {}
+    baseline = args.baseline or spec.get("baseline")
+    if not baseline:
+        raise SimschedError("no baseline: give --baseline SPEC or run rank on a sweep whose config has [rank]")
+    table = rank_methods(frame, baseline, spec.get("baseline_threads", 1),
+                         args.threads if args.threads is not None else spec.get("threads"))
+    if args.json:
+        print(table.to_json(orient="records"))
+    else:
+        print(format_ranking(table, spec.get("highlight")))
+    return 0
+
+
 def cmd_plot(args) -> int:
     from .analysis.plots import plot_speedup
     from .sweep import read_table
@@ -211,7 +249,8 @@ def cmd_plot(args) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "machines": cmd_machines, "sweep": cmd_sweep, "fit": cmd_fit, "plot": cmd_plot}
+COMMANDS = {"run": cmd_run, "machines": cmd_machines, "sweep": cmd_sweep, "fit": cmd_fit, "rank": cmd_rank,
+            "plot": cmd_plot}
 
 
 if __name__ == "__main__":

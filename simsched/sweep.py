@@ -24,9 +24,10 @@ from .errors import SimschedError
 from .spec import format_spec, parse_spec
 
 AXES = ("machine", "scheduler", "threads", "workload", "seed", "repeat")
-_SECTIONS = {"experiment", "grid", "fit"}
+_SECTIONS = {"experiment", "grid", "fit", "rank"}
 _EXPERIMENT_KEYS = {"name", "description", "jobs"}
 _FIT_KEYS = {"published_d_us", "threads", "source"}
+_RANK_KEYS = {"baseline", "baseline_threads", "threads", "highlight", "published"}
 
 
 @dataclass
@@ -39,6 +40,7 @@ class Experiment:
     published_d_us: dict[str, float] = field(default_factory=dict)
     source: str = ""
     path: Path | None = None
+    rank: dict[str, Any] | None = None
 
 
 def load_experiment(path: str | Path) -> Experiment:
@@ -82,7 +84,27 @@ def parse_experiment(data: dict[str, Any], source: str = "<config>", path: Path 
             raise SimschedError(f"{source}: fit.published_d_us.{sched} must be a number > 0, got {value!r}")
     return Experiment(name=name.strip(), description=str(meta.get("description", "")), points=points,
                       published_d_us={k: float(v) for k, v in published.items()},
-                      source=str(fit.get("source", "")), path=path)
+                      source=str(fit.get("source", "")), path=path,
+                      rank=_rank_section(data.get("rank"), source))
+
+
+def _rank_section(rank: dict[str, Any] | None, source: str) -> dict[str, Any] | None:
+    """Validate the optional [rank] section: which methods to compare against which baseline."""
+    if rank is None:
+        return None
+    for key in rank:
+        if key not in _RANK_KEYS:
+            raise SimschedError(f"{source}: unknown key rank.{key}")
+    if not isinstance(rank.get("baseline"), str):
+        raise SimschedError(f"{source}: rank.baseline must be a scheduler spec, e.g. \"omp-guided:chunk=1\"")
+    for key in ("baseline_threads", "threads"):
+        value = rank.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SimschedError(f"{source}: rank.{key} must be an integer >= 1")
+    for key in ("highlight", "published"):
+        if key in rank and not isinstance(rank[key], str):
+            raise SimschedError(f"{source}: rank.{key} must be a string")
+    return {"baseline_threads": 1, **rank}
 
 
 def _values(key: str, value: Any, source: str) -> list[Any]:

@@ -1,1 +1,207 @@
-"""Chunked work stealing over per-thread contiguous queues, and iCh's adaptive chunk self-scheduling."""
+"""Chunked work stealing over per-thread contiguous queues, and iCh's adaptive chunk self-scheduling.
+
+Each worker's queue is a range [begin, end) of unstarted iterations on a line homed at
+its core, guarded by a lock line of its own. Every critical section (own take, steal
+attempt) is issued in one step and folded into one timeout: the lock is one atomic, the
+rest is chained after it (``at=``), and the unlock store keeps the lock line busy until
+then, so whoever comes next queues behind the holder (a queued lock) and pays the line
+transfer.
+
+Termination: a thread whose queue is empty never gets work again except by stealing,
+and the owner always finishes its own queue, so when thieves stop decides only how
+well the load is balanced, never whether every iteration runs. A thief stops after
+P - 1 consecutive failed random attempts followed by one sweep over every other queue
+in order (starting after its own) in which every attempt fails too; any success resets
+the count. That costs 2(P - 1) failed attempts per thread at the end of a loop and no
+shared state.
+"""
+
+from __future__ import annotations
+
+from ..spec import Param
+from .base import block
+from .static import BARRIER_PARAM, FullBarriers
+
+
+class Stealing(FullBarriers):
+    """Per-thread queues of contiguous blocks: owners take fixed chunks, thieves take half the rest."""
+
+    name = "stealing"
+    summary = "chunked work stealing: per-thread blocks, random victims lose the back half"
+    PARAMS = {"chunk": Param("chunk", int, 1, lambda v: v >= 1, ">= 1", help="iterations per chunk"),
+              "barrier": BARRIER_PARAM}
+
+    def setup(self, sim):
+        super().setup(sim)
+        mem, threads = sim.memory, sim.threads
+        # A queue line holds (begin, end) plus what the policy publishes with it (``extra``).
+        self.queue = [mem.line(f"queue[{w}]", (0, 0), home=w) for w in range(threads)]
+        self.lock = [mem.line(f"queue[{w}].lock", 0, home=w) for w in range(threads)]
+
+    def prepare(self, sim, index):
+        super().prepare(sim, index)
+        self.n = sim.loops[index].n
+
+    def fork(self, sim, w):
+        if w == 0:
+            # The master deals every queue its block before the fork barrier releases anyone,
+            # so no thief can find a queue that is not filled yet.
+            yield sim.wait(0, "schedule", self.deal(sim, sim.env.now))
+        yield from super().fork(sim, w)
+
+    def deal(self, sim, t):
+        """Master: store each worker's block into its queue, starting at ``t``; return when done."""
+        for v in range(sim.threads):
+            t = sim.memory.store(self.queue[v], 0, block(self.n, sim.threads, v) + self.extra(v), at=t)
+        return t
+
+    # -- policy: what iCh changes ---------------------------------------------------------------
+    def extra(self, w):
+        """Per-thread state published on the queue line with the bounds (none here)."""
+        return ()
+
+    def chunk_size(self, w, left):
+        """Iterations the owner takes from a queue with ``left`` unstarted."""
+        return self.params["chunk"]
+
+    def least(self, w):
+        """The smallest half worth stealing (here one chunk): a steal that would get less fails."""
+        return self.params["chunk"]
+
+    def report(self, sim, w, size):
+        """Called when a chunk of ``size`` iterations ends: when the worker may issue its next operation."""
+        return sim.env.now
+
+    def stolen(self, w, victim):
+        """A successful steal read ``victim`` (the victim's queue line value)."""
+
+    # -- the algorithm --------------------------------------------------------------------------
+    def share(self, sim, w, index):
+        env, threads, rng = sim.env, sim.threads, sim.rng
+        patience = threads - 1          # random failures before the closing sweep
+        give_up = patience + threads - 1
+        chunks = attempts = steals = failures = 0
+        size = 0                        # the chunk that just ended (0: none)
+        empty = False
+        while True:
+            t = self.report(sim, w, size) if size else env.now
+            size = 0
+            if not empty:
+                lo, hi, t = self.take(sim, w, t)
+                if hi > lo:
+                    chunks += 1
+                    size = hi - lo
+                    yield env.timeout(sim.run_chunk(w, index, lo, hi, t) - env.now)
+                    continue
+                empty = True
+            if threads == 1:
+                break
+            # One steal attempt, folded into the same timeout as the failed take before it, if any.
+            if failures < patience:
+                v = int(rng.integers(threads - 1))
+                v += v >= w
+            else:
+                v = (w + 1 + failures - patience) % threads
+            attempts += 1
+            got, t = self.steal(sim, w, v, t)
+            if got:
+                steals += 1
+                failures = 0
+                empty = False
+            else:
+                failures += 1
+            yield sim.wait(w, "steal", t)
+            if failures == give_up:
+                break
+        yield sim.wait(w, "schedule", t)     # a lone worker's last look at its empty queue
+        counters = sim.counters
+        counters["chunks"] += chunks
+        counters["steal_attempts"] += attempts
+        counters["steals"] += steals
+
+    def take(self, sim, w, at):
+        """Lock the own queue at ``at``, take a chunk off its front, unlock: (lo, hi, time)."""
+        mem = sim.memory
+        lock, queue = self.lock[w], self.queue[w]
+        _, t = mem.exchange(lock, w, 1, at=at)   # local and cheap unless a thief held the lock last
+        value, t = mem.read(queue, w, at=t)      # a transfer only if a thief wrote the bounds
+        begin, end = value[0], value[1]
+        hi = begin
+        if begin < end:
+            hi = min(begin + self.chunk_size(w, end - begin), end)
+            t = mem.store(queue, w, (hi, end) + self.extra(w), at=t)
+        return begin, hi, mem.store(lock, w, 0, at=t)   # lo == hi: the queue was empty
+
+    def steal(self, sim, w, v, at):
+        """One attempt at ``at`` on victim ``v``: (iterations stolen, time the thief is done)."""
+        mem = sim.memory
+        lock, queue = self.lock[v], self.queue[v]
+        _, t = mem.exchange(lock, w, 1, at=at)
+        value, t = mem.read(queue, w, at=t)      # a transfer from the victim
+        begin, end = value[0], value[1]
+        half = (end - begin) // 2           # the victim's running chunk is already out of its queue
+        if half < self.least(w):
+            return 0, mem.store(lock, w, 0, at=t)
+        t = mem.store(queue, w, (begin, end - half) + value[2:], at=t)
+        t = mem.store(lock, w, 0, at=t)
+        self.stolen(w, value)
+        # The thief's own queue is empty, and stays empty to everyone until this store lands
+        # (later reads of the line wait for it), so publishing the stolen range needs no lock.
+        t = mem.store(self.queue[w], w, (end - half, end) + self.extra(w), at=t)
+        return half, t + sim.costs["steal"]
+
+
+class ICh(Stealing):
+    """Work stealing with chunks of |q|/d, each thread adapting d to its progress against the mean."""
+
+    name = "ich"
+    summary = "iCh: stealing with chunk |q|/d, d adapted against mean progress (eps)"
+    PARAMS = {"eps": Param("eps", float, 0.33, lambda v: v > 0, "> 0",
+                           help="band around the mean progress within which d is left alone"),
+              "barrier": BARRIER_PARAM}
+
+    def setup(self, sim):
+        super().setup(sim)
+        # How a thread learns the mean progress mu is itself modeled: every thread adds each
+        # finished chunk to one shared total (mu = total / P), one contended atomic per chunk,
+        # rather than reading all P per-thread counts (P transfers per chunk).
+        self.total = sim.memory.line("ich.completed", 0, home=0)
+
+    def prepare(self, sim, index):
+        super().prepare(sim, index)
+        threads = sim.threads
+        self.k = [0] * threads          # iterations completed (thread-private, published with the bounds)
+        self.d = [threads] * threads    # divisor: first chunk |q|/P, about N/P^2
+
+    def deal(self, sim, t):
+        t = super().deal(sim, t)
+        return sim.memory.store(self.total, 0, 0, at=t)
+
+    def extra(self, w):
+        return (self.k[w], self.d[w])
+
+    def chunk_size(self, w, left):
+        return max(1, left // self.d[w])
+
+    def least(self, w):
+        return 1
+
+    def report(self, sim, w, size):
+        old, t = sim.memory.fetch_add(self.total, w, size)
+        mu = (old + size) / sim.threads
+        delta = self.params["eps"] * mu
+        k = self.k[w] = self.k[w] + size
+        if k < mu - delta:              # slow: bigger chunks, less time scheduling
+            self.d[w] = max(1, self.d[w] // 2)
+            sim.counters["d_halved"] += 1
+        elif k > mu + delta:            # fast: smaller chunks, more left to steal
+            # Beyond n no chunk can get smaller, so the cap changes nothing but the int's size.
+            self.d[w] = min(2 * self.d[w], self.n)
+            sim.counters["d_doubled"] += 1
+        return t
+
+    def stolen(self, w, victim):
+        # The victim's k and d travel on its queue line, which the thief just read.
+        self.k[w] = (self.k[w] + victim[2]) // 2
+        self.d[w] = max(1, (self.d[w] + victim[3]) // 2)
+        # Its next chunk, |stolen| // d, is at most what it stole.

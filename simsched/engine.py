@@ -133,6 +133,8 @@ class Simulation:
         env.run(until=scheduler.completion(self, processes))
         makespan = float(env.now)
         self.memory.tally(self.counters)
+        for name in scheduler.COUNTERS:
+            self.counters[name] += 0
         for w in range(self.threads):
             # Work in flight when the run ended (a steal attempt, a chunk) counts only up to the end.
             for state, start, end in self.last[w]:

@@ -153,6 +153,12 @@ CASES: dict[str, Case] = {
         "results.csv": "machine,scheduler,threads,sequential_ns,speedup,error\n"
                        "m,s,4,,,SimschedError: boom\nm,s,4,,,SimschedError: boom\n"}),
 
+    "value/ich-eps-zero": Case(run_args(scheduler="ich:eps=0"), ("eps=0.0 must be > 0",)),
+    "value/ich-eps-negative": Case(run_args(scheduler="ich:eps=-0.5"), ("eps=-0.5 must be > 0",)),
+    "value/stealing-chunk-zero": Case(run_args(scheduler="stealing:chunk=0"), ("chunk=0 must be >= 1",)),
+    "value/cilk-grain-zero": Case(run_args(scheduler="cilk:grain=0"), ("grain=0 must be >= 1",)),
+    "unknown/hybrid-parameter": Case(run_args(scheduler="hybrid:chunk=4"), ("unknown parameter 'chunk'",)),
+
     # Inputs that once ended in a traceback.
     "bug/negative-seed": Case(run_args(seed=-1), ("seed",)),
     "bug/chunks-is-a-folder": Case(run_args(chunks="{dir}"), ("chunks",)),

@@ -92,3 +92,13 @@ def test_cilk_fg_runs_loops_like_half_barriers():
 def test_cilk_fg_master_wakes_sleeping_workers():
     r = simsched.simulate("xeon-e7-4860v2", "cilk-fg:sleep_after=2", "uforall:n=480,total_us=200", 48, repeat=3)
     assert r.counters["wakeups"] >= 47
+
+
+@pytest.mark.parametrize("scheduler", ["cilk", "hybrid", "cilk-fg", "stealing", "ich", "tss", "fac2",
+                                       "taskloop", "binlpt"])
+def test_every_new_scheduler_reports_the_contract_counters(scheduler):
+    r = simsched.simulate("haswell-e5-2695v3", scheduler, "exp-dec:n=5000", 8)
+    contract = {"steal_attempts", "steals", "tasks_created", "claims", "failed_claims", "wakeups"}
+    assert contract <= set(r.counters)
+    assert all(r.counters[k] >= 0 for k in contract)
+    assert r.counters["steals"] <= r.counters["steal_attempts"]

@@ -13,6 +13,8 @@ class Scheduler:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     PARAMS: ClassVar[dict[str, Param]] = {}
+    # Counter names the scheduler always reports (0 when nothing happened): a contract for tools.
+    COUNTERS: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **params: Any):
         self.params = resolve_params(f"scheduler {self.name}", self.PARAMS, params)
@@ -75,6 +77,11 @@ class ForkJoin(Scheduler):
 
     def share(self, sim, w: int, index: int):
         raise NotImplementedError
+
+
+# The counters every self-scheduling and work-stealing scheduler reports (a contract shared with the
+# Cell family).
+STEALING_COUNTERS = ("steal_attempts", "steals", "tasks_created", "claims", "failed_claims", "wakeups")
 
 
 def block(n: int, threads: int, w: int) -> tuple[int, int]:

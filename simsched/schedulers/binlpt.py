@@ -7,6 +7,7 @@ import heapq
 import numpy as np
 
 from ..spec import Param
+from .base import STEALING_COUNTERS
 from .selfsched import claim_by_index
 from .static import BARRIER_PARAM, FullBarriers
 
@@ -49,6 +50,8 @@ class BinLPT(FullBarriers):
     order starting after itself; a claim past a queue's end means it is empty.
     """
 
+    COUNTERS = STEALING_COUNTERS
+
     name = "binlpt"
     summary = "BinLPT: estimated-load chunks dealt longest-first to per-thread queues, then shared"
     PARAMS = {
@@ -72,7 +75,13 @@ class BinLPT(FullBarriers):
         self.index = [sim.memory.line(f"loop[{index}].queue[{q}]", 0, home=q) for q in range(sim.threads)]
 
     def share(self, sim, w, index):
-        threads = sim.threads
+        threads, counters = sim.threads, sim.counters
         for q in ((w + d) % threads for d in range(threads)):
+            before = counters["chunks"]
             t = yield from claim_by_index(sim, w, index, self.index[q], self.queues[q])
             yield sim.wait(w, "schedule", t)
+            if q != w:
+                # Claims on another thread's queue are steals; the last one found it empty.
+                taken = counters["chunks"] - before
+                counters["steals"] += taken
+                counters["steal_attempts"] += taken + 1

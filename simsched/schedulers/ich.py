@@ -19,12 +19,14 @@ shared state.
 from __future__ import annotations
 
 from ..spec import Param
-from .base import block
+from .base import STEALING_COUNTERS, block
 from .static import BARRIER_PARAM, FullBarriers
 
 
 class Stealing(FullBarriers):
     """Per-thread queues of contiguous blocks: owners take fixed chunks, thieves take half the rest."""
+
+    COUNTERS = STEALING_COUNTERS
 
     name = "stealing"
     summary = "chunked work stealing: per-thread blocks, random victims lose the back half"

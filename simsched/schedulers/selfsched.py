@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ..spec import Param
-from .base import block
+from .base import STEALING_COUNTERS, block
 from .static import BARRIER_PARAM, FullBarriers
 
 CHUNK_PARAM = Param("chunk", int, 1, lambda v: v >= 1, ">= 1", help="minimum chunk size")
@@ -124,6 +124,8 @@ class IndexedChunks(SelfScheduling):
     Building the table is counted in the master's loop set-up cost.
     """
 
+    COUNTERS = STEALING_COUNTERS
+
     def prepare(self, sim, index):
         bounds = self.bounds(sim.loops[index].n, sim.threads, self.params["chunk"])
         self.ranges = list(zip(bounds[:-1], bounds[1:]))
@@ -193,6 +195,8 @@ class Taskloop(FullBarriers):
     line; a worker claims the next task with a fetch-and-add on the head line and, if
     that task is not published yet, spins on the tail line until it is.
     """
+
+    COUNTERS = STEALING_COUNTERS
 
     name = "taskloop"
     summary = "OpenMP taskloop: master creates num_tasks tasks, workers take them from a queue"

@@ -19,7 +19,7 @@ from collections import deque
 
 from ..memory import fire_at
 from ..spec import Param
-from .base import Scheduler, block
+from .base import STEALING_COUNTERS, Scheduler, block
 
 RANGE = "range"  # deque item (RANGE, lo, hi, frame): iterations [lo, hi) of frame's loop
 
@@ -39,6 +39,8 @@ class Frame:
 
 class WorkStealing(Scheduler):
     """Deques of continuations per worker; idle workers steal from random victims and sleep after failing."""
+
+    COUNTERS = STEALING_COUNTERS
 
     PARAMS = {
         "grain": Param("grain", int, None, lambda v: v >= 1, ">= 1",

@@ -84,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     except SimschedError as exc:
         print(f"simsched: error: {exc}", file=sys.stderr)
         return 2
+    except MemoryError:
+        print("simsched: error: out of memory (is the loop or a parameter far too large?)", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("simsched: interrupted", file=sys.stderr)
         return 130
@@ -111,7 +114,10 @@ def cmd_run(args) -> int:
             raise SimschedError(f"--chunks: folder {chunks.parent} does not exist")
     result = simulate(machine, scheduler, workload, args.threads, seed=args.seed, repeat=args.repeat)
     if args.chunks:
-        result.chunks.to_csv(args.chunks, index=False)
+        try:
+            result.chunks.to_csv(args.chunks, index=False)
+        except OSError as exc:
+            raise SimschedError(f"--chunks: cannot write {args.chunks}: {exc.strerror or exc}") from None
     if args.json:
         print(json.dumps(result.to_dict()))
     else:

@@ -29,13 +29,12 @@ class Loop:
         if np.any(costs < 0):
             raise SimschedError("iteration costs must be >= 0")
         self.n = int(costs.size)
-        self.prefix = np.concatenate(([0.0], np.cumsum(costs)))
+        with np.errstate(over="ignore"):
+            self.prefix = np.concatenate(([0.0], np.cumsum(costs)))
         self.total = float(self.prefix[-1])
+        if not np.isfinite(self.total):
+            raise SimschedError("the iteration costs add up to more than a float can hold")
         self.name = name
-
-    def cost(self, lo: int, hi: int) -> float:
-        """Sequential ns of iterations [lo, hi)."""
-        return float(self.prefix[hi] - self.prefix[lo])
 
 
 class Simulation:
@@ -59,6 +58,8 @@ class Simulation:
         # Each worker's most recent accounted segments (state, start, end): the ones that may reach
         # past the end of a run that finishes while the worker is busy (see ``run``).
         self.last: list[tuple] = [()] * self.threads
+        # A wait each worker is in (state, since), timed by ``begin``/``end``.
+        self.open: list[tuple | None] = [None] * self.threads
         self._chunks: list[tuple[int, int, int, int, float, float]] = []
         self.load(loops)
 
@@ -72,6 +73,16 @@ class Simulation:
     def spend(self, worker: int, state: str, ns: float) -> None:
         """Account ``ns`` of ``worker``'s time to ``state``."""
         self.time[state][worker] += ns
+
+    def begin(self, worker: int, state: str) -> None:
+        """Start timing ``worker`` in ``state`` (a wait whose end is not known yet) until ``end``."""
+        self.open[worker] = (state, self.env.now)
+
+    def end(self, worker: int) -> None:
+        """Account the time since ``begin`` to its state."""
+        state, since = self.open[worker]
+        self.open[worker] = None
+        self.time[state][worker] += self.env.now - since
 
     def run_chunks(self, worker: int, loop: int, ranges, start: float) -> float:
         """Record ``worker`` running the iteration ranges back to back from ``start``; return the end time.
@@ -136,11 +147,15 @@ class Simulation:
         for name in scheduler.COUNTERS:
             self.counters[name] += 0
         for w in range(self.threads):
-            # Work in flight when the run ended (a steal attempt, a chunk) counts only up to the end.
+            # Work in flight when the run ended (a steal attempt, a chunk) counts only up to the end,
+            # and a wait still open (a worker spinning at a barrier) counts until the end.
             for state, start, end in self.last[w]:
                 cut = end - max(start, makespan)
                 if cut > 0:
                     self.time[state][w] -= cut
+            if self.open[w] is not None:
+                state, since = self.open[w]
+                self.time[state][w] += max(makespan - since, 0.0)
         idle = self.time["idle"]
         for w in range(self.threads):
             busy = sum(self.time[s][w] for s in STATES if s != "idle")
@@ -191,8 +206,6 @@ def simulate(machine, scheduler, workload, threads: int, seed: int = 0, repeat: 
     ``repeat`` runs the same loop that many times back to back (EPCC style), so the
     makespan includes how one loop's end overlaps the next one's start.
     """
-    if isinstance(repeat, bool) or not isinstance(repeat, (int, np.integer)) or repeat < 1:
-        raise SimschedError(f"repeat must be an integer >= 1, got {repeat!r}")
     return simulate_program(machine, scheduler, [workload], threads, seed=seed, repeat=repeat, **params)
 
 
@@ -202,6 +215,8 @@ def simulate_program(machine, scheduler, workloads, threads: int, seed: int = 0,
     from .schedulers import get_scheduler
     from .workloads import get_workload
 
+    if isinstance(repeat, bool) or not isinstance(repeat, (int, np.integer)) or repeat < 1:
+        raise SimschedError(f"repeat must be an integer >= 1, got {repeat!r}")
     machine = load_machine(machine)
     sched = get_scheduler(scheduler, **params)
     if isinstance(workloads, (str, np.ndarray)) or hasattr(workloads, "costs"):

@@ -78,6 +78,8 @@ SCHEMA: dict[str, dict[str, tuple]] = {
     },
 }
 _TOP_LEVEL = {"name": str, "description": str}
+MAX_CORES = 1024
+MAX_VALUE = 1e12  # no latency, cost or clock in a machine file is anywhere near this (ns, GHz)
 _REQUIRED_SECTIONS = ("topology", "clock", "latency_ns", "costs_ns")
 
 
@@ -205,9 +207,9 @@ class Machine:
                 data[section] = value
             else:
                 data.setdefault(section, {})[key] = value
-        if "latency_ns.matrix" not in changes and "latency_ns__matrix" not in changes:
-            if "topology.sockets" in changes or "topology__sockets" in changes:
-                data["latency_ns"].pop("matrix", None)
+        keys = {k.replace("__", ".") for k in changes}
+        if "latency_ns.matrix" not in keys and keys & {"topology.sockets", "topology.cores_per_socket"}:
+            data["latency_ns"].pop("matrix", None)  # it described the old core count
         return Machine.from_dict(data, source=f"{self.name} (modified)")
 
     def describe(self) -> str:
@@ -278,8 +280,9 @@ def _validate(data: dict[str, Any], source: str) -> None:
             if kind is float:
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
                     raise SimschedError(f"{source}: {where} must be a number, got {value!r}")
-                if not math.isfinite(value):
-                    raise SimschedError(f"{source}: {where} must be finite, got {value!r}")
+                if not math.isfinite(value) or abs(value) > MAX_VALUE:
+                    raise SimschedError(f"{source}: {where} must be a finite number up to {MAX_VALUE:g}, "
+                                        f"got {value!r}")
             elif kind is int:
                 if isinstance(value, bool) or not isinstance(value, int):
                     raise SimschedError(f"{source}: {where} must be an integer, got {value!r}")
@@ -288,6 +291,9 @@ def _validate(data: dict[str, Any], source: str) -> None:
             if check is not None and not check[0](value):
                 raise SimschedError(f"{source}: {where} must be {check[1]}, got {value!r}")
     topo = data["topology"]
+    if topo["sockets"] * topo["cores_per_socket"] > MAX_CORES:
+        raise SimschedError(f"{source}: topology has {topo['sockets'] * topo['cores_per_socket']} cores; "
+                            f"at most {MAX_CORES} are supported")
     layout = topo.get("core_layout", "crossbar")
     if layout not in ("crossbar", "ring"):
         raise SimschedError(f"{source}: topology.core_layout must be crossbar or ring, got {layout!r}")

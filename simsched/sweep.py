@@ -25,7 +25,7 @@ from .spec import format_spec, parse_spec
 
 AXES = ("machine", "scheduler", "threads", "workload", "seed", "repeat")
 _SECTIONS = {"experiment", "grid", "fit", "rank"}
-_EXPERIMENT_KEYS = {"name", "description", "jobs"}
+_EXPERIMENT_KEYS = {"name", "description"}
 _FIT_KEYS = {"published_d_us", "threads", "source"}
 _RANK_KEYS = {"baseline", "baseline_threads", "threads", "highlight", "published"}
 

@@ -77,7 +77,9 @@ def raw(name="haswell-e5-2695v3"):
     (lambda d: d["clock"].__setitem__("boost", 1), "unknown key clock.boost"),
     (lambda d: d.__setitem__("extras", {}), "unknown section or key 'extras'"),
     (lambda d: d.pop("costs_ns"), r"missing section \[costs_ns\]"),
-    (lambda d: d["latency_ns"].__setitem__("same_socket", float("nan")), "must be finite"),
+    (lambda d: d["latency_ns"].__setitem__("same_socket", float("nan")), "must be a finite number"),
+    (lambda d: d["latency_ns"].__setitem__("same_socket", 1e300), "must be a finite number up to 1e\\+12"),
+    (lambda d: d["topology"].__setitem__("cores_per_socket", 5000), "at most 1024 are supported"),
     (lambda d: d["coherence"].__setitem__("protocol", "magic"), "coherence.protocol"),
     (lambda d: d["latency_ns"].__setitem__("matrix", [[0, 1], [1, 0]]), "latency_ns.matrix must be a 28x28"),
 ])

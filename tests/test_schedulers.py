@@ -137,3 +137,24 @@ def test_iteration_owner_maps_each_iteration_to_its_worker():
     r = simsched.simulate(toy_machine(cores=4), "omp-static", "uforall:n=10,cost_ns=1", 4, repeat=2)
     assert r.iteration_owner(0).tolist() == [0, 0, 1, 1, 1, 2, 2, 3, 3, 3]
     assert r.iteration_owner(1).tolist() == r.iteration_owner(0).tolist()
+
+
+def test_a_worker_still_waiting_when_the_run_ends_is_in_sync_not_idle():
+    r = simsched.simulate("xeon-e7-4860v2", "omp-static", "uforall:n=480,total_us=50", 48)
+    # Workers finish their blocks, then wait in the join barrier until the master lets go.
+    assert r.state_ns["idle"][1:].max() == pytest.approx(0.0, abs=1e-6)
+    assert (r.state_ns["sync"][1:] > 0).all()
+
+
+def test_program_arguments_are_checked():
+    with pytest.raises(simsched.SimschedError, match="repeat must be an integer >= 1"):
+        simsched.simulate_program("xeon-e7-4860v2", "cilk", ["uforall:n=10"], 4, repeat=0)
+    with pytest.raises(simsched.SimschedError, match="more than a float can hold"):
+        simsched.simulate("xeon-e7-4860v2", "fg-tree", "uforall:n=10,cost_ns=1e308", 4)
+    with pytest.raises(simsched.SimschedError, match="estimate_noise=1e\\+308 must be from 0 to 10"):
+        simsched.get_scheduler("binlpt:estimate_noise=1e308")
+
+
+def test_binlpt_never_cuts_more_chunks_than_iterations():
+    r = simsched.simulate("haswell-e5-2695v3", "binlpt:chunks=100000000000", "uniform:n=50", 4)
+    assert 1 <= len(r.chunks) <= 50  # at most one chunk per iteration, however many were asked for

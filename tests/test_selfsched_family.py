@@ -185,7 +185,7 @@ def test_binlpt_noise_changes_the_chunks():
     ("taskloop:num_tasks=0", "taskloop: parameter num_tasks=0 must be >= 1"),
     ("taskloop:num_tasks=2.5", "taskloop: parameter num_tasks='2.5' is not an integer"),
     ("binlpt:chunks=0", "binlpt: parameter chunks=0 must be >= 1"),
-    ("binlpt:estimate_noise=-1", "binlpt: parameter estimate_noise=-1.0 must be >= 0"),
+    ("binlpt:estimate_noise=-1", "binlpt: parameter estimate_noise=-1.0 must be from 0 to 10"),
     ("binlpt:estimate_noise=nan", "binlpt: parameter estimate_noise='nan' must be finite"),
     ("tss:num_tasks=4", "tss: unknown parameter 'num_tasks'"),
     ("binlpt:foo=1", "binlpt: unknown parameter 'foo'"),

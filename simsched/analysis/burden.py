@@ -11,6 +11,20 @@ from .amdahl import fit_burden
 KEYS = ["machine", "scheduler", "threads"]
 
 
+def numeric(results: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """``results`` with ``columns`` as numbers (empty cells become NaN); a column of text is an error."""
+    results = results.copy()
+    for column in columns:
+        converted = pd.to_numeric(results[column].replace("", np.nan), errors="coerce")
+        bad = converted.isna() & results[column].notna() & (results[column].astype(str) != "")
+        if "error" in results.columns:
+            bad &= results["error"].fillna("").astype(str) == ""
+        if bad.any():
+            raise SimschedError(f"results column {column!r} holds a non-number: {results[column][bad].iloc[0]!r}")
+        results[column] = converted
+    return results
+
+
 def loop_durations_us(results: pd.DataFrame) -> pd.Series:
     """Sequential duration of one loop (us): a row's sequential time over its repetitions."""
     repeat = results["repeat"] if "repeat" in results else 1
@@ -22,6 +36,8 @@ def burden_table(results: pd.DataFrame, published: dict[str, float] | None = Non
     missing = [c for c in KEYS + ["sequential_ns", "speedup"] if c not in results.columns]
     if missing:
         raise SimschedError(f"results table lacks column {missing[0]!r}: is it a sweep's results?")
+    results = numeric(results, ["threads", "sequential_ns", "speedup"] +
+                      (["repeat"] if "repeat" in results.columns else []))
     ok = results
     if "error" in results.columns:
         ok = results[results["error"].fillna("").astype(str) == ""]

@@ -12,6 +12,7 @@ import pandas as pd
 
 from ..errors import SimschedError
 from ..spec import parse_spec
+from .burden import numeric
 
 
 def method_of(scheduler: str) -> str:
@@ -31,6 +32,7 @@ def rank_methods(results: pd.DataFrame, baseline: str, baseline_threads: int = 1
     missing = [c for c in needed if c not in results.columns]
     if missing:
         raise SimschedError(f"results table lacks column {missing[0]!r}: is it a sweep's results?")
+    results = numeric(results, ["threads", "makespan_ns"])
     ok = results[results["error"].fillna("").astype(str) == ""] if "error" in results else results
     base = ok[(ok["scheduler"] == baseline) & (ok["threads"] == baseline_threads)]
     if base.empty:

@@ -107,10 +107,10 @@ class Views:
     def combine_all(self, w: int):
         """The master folds every other worker's view into its own, one after another."""
         sim = self.sim
-        start = sim.env.now
+        sim.begin(w, "sync")
         for child in range(1, sim.threads):
             yield sim.until(self.combine(w, child))
-        sim.spend(w, "sync", sim.env.now - start)
+        sim.end(w)
 
 
 class Barrier:
@@ -151,10 +151,9 @@ class TreeBarrier(Barrier):
 
     def join(self, w: int):
         sim, mem = self.sim, self.sim.memory
-        start = sim.env.now
+        sim.begin(w, "sync")
         self.join_episode[w] += 1
         episode = self.join_episode[w]
-        t = start
         for child in self.tree.children[w]:
             line = self.arrived[child]
             yield mem.spin_until(line, w, lambda v, e=episode: v >= e)
@@ -162,31 +161,32 @@ class TreeBarrier(Barrier):
                 yield sim.until(self.views.combine(w, child))
         if w != 0:
             yield sim.until(mem.store(self.arrived[w], w, episode))
-        sim.spend(w, "sync", sim.env.now - start)
+        sim.end(w)
         sim.counters["barrier_phases"] += w == 0
 
     def release(self, w: int):
         sim = self.sim
-        start = sim.env.now
+        sim.begin(w, "sync")
         self.release_episode[w] += 1
         episode = self.release_episode[w]
         if w != 0:
             yield sim.memory.spin_until(self.go[w], w, lambda v, e=episode: v >= e)
-        yield from self._forward(w, episode, start)
+        yield from self._forward(w, episode)
 
     def forward(self, w: int):
         """Pass on a release that ``w`` already noticed (by polling its flag rather than spinning)."""
         self.release_episode[w] += 1
-        yield from self._forward(w, self.release_episode[w], self.sim.env.now)
+        self.sim.begin(w, "sync")
+        yield from self._forward(w, self.release_episode[w])
 
-    def _forward(self, w: int, episode: int, start: float):
+    def _forward(self, w: int, episode: int):
         sim, mem = self.sim, self.sim.memory
         t = sim.env.now
         # Far subtrees first: they have the longest way to go.
         for child in reversed(self.tree.children[w]):
             t = mem.store(self.go[child], w, episode, at=t)
         yield sim.until(t)
-        sim.spend(w, "sync", sim.env.now - start)
+        sim.end(w)
         sim.counters["barrier_phases"] += w == 0
 
 
@@ -205,7 +205,7 @@ class CentralBarrier(Barrier):
     def join(self, w: int):
         """Half-barrier join: workers increment the counter; the root spins until it reaches P-1."""
         sim, mem = self.sim, self.sim.memory
-        start = sim.env.now
+        sim.begin(w, "sync")
         self.join_episode[w] += 1
         episode = self.join_episode[w]
         others = self.threads - 1
@@ -216,14 +216,14 @@ class CentralBarrier(Barrier):
             if others:
                 yield mem.spin_until(self.count, w, lambda v, target=episode * others: v >= target)
             sim.counters["barrier_phases"] += 1
-        sim.spend(w, "sync", sim.env.now - start)
+        sim.end(w)
         if w == 0 and self.views is not None:
             yield from self.views.combine_all(w)
 
     def release(self, w: int):
         """Half-barrier release: the root sets the flag that everyone polls."""
         sim, mem = self.sim, self.sim.memory
-        start = sim.env.now
+        sim.begin(w, "sync")
         self.release_episode[w] += 1
         episode = self.release_episode[w]
         if w == 0:
@@ -231,12 +231,12 @@ class CentralBarrier(Barrier):
             sim.counters["barrier_phases"] += 1
         else:
             yield mem.spin_until(self.flag, w, lambda v, e=episode: v >= e)
-        sim.spend(w, "sync", sim.env.now - start)
+        sim.end(w)
 
     def full(self, w: int):
         """Sense-reversing central barrier: every arrival increments; the last one flips the flag."""
         sim, mem = self.sim, self.sim.memory
-        start = sim.env.now
+        sim.begin(w, "sync")
         self.full_episode[w] += 1
         episode = self.full_episode[w]
         old, t = mem.fetch_add(self.count, w, 1)
@@ -246,7 +246,7 @@ class CentralBarrier(Barrier):
             sim.counters["barrier_phases"] += 2
         else:
             yield mem.spin_until(self.flag, w, lambda v, e=episode: v >= e)
-        sim.spend(w, "sync", sim.env.now - start)
+        sim.end(w)
         if w == 0 and self.views is not None:
             yield from self.views.combine_all(w)
 
@@ -264,7 +264,7 @@ class DisseminationBarrier(Barrier):
 
     def full(self, w: int):
         sim, mem = self.sim, self.sim.memory
-        start = sim.env.now
+        sim.begin(w, "sync")
         self.episode[w] += 1
         episode = self.episode[w]
         for r in range(self.rounds):
@@ -273,7 +273,7 @@ class DisseminationBarrier(Barrier):
             yield sim.until(t)
             yield mem.spin_until(self.flags[w][r], w, lambda v, e=episode: v >= e)
         sim.counters["barrier_phases"] += 2 * (w == 0)
-        sim.spend(w, "sync", sim.env.now - start)
+        sim.end(w)
         if w == 0 and self.views is not None:
             yield from self.views.combine_all(w)
 

@@ -79,8 +79,7 @@ class ForkJoin(Scheduler):
         raise NotImplementedError
 
 
-# The counters every self-scheduling and work-stealing scheduler reports (a contract shared with the
-# Cell family).
+# The counters every self-scheduling and work-stealing scheduler reports (a contract for tools).
 STEALING_COUNTERS = ("steal_attempts", "steals", "tasks_created", "claims", "failed_claims", "wakeups")
 
 

@@ -57,7 +57,7 @@ class BinLPT(FullBarriers):
     PARAMS = {
         # 384 = 8 chunks per thread on the 48-thread machine (assumed; the BinLPT papers tune it per loop).
         "chunks": Param("chunks", int, 384, lambda v: v >= 1, ">= 1", help="maximum number of chunks K"),
-        "estimate_noise": Param("estimate_noise", float, 0.0, lambda v: v >= 0, ">= 0",
+        "estimate_noise": Param("estimate_noise", float, 0.0, lambda v: 0 <= v <= 10, "from 0 to 10",
                                 help="sigma of a lognormal factor on each iteration's load estimate "
                                      "(0: estimates are the true costs)"),
         "barrier": BARRIER_PARAM,
@@ -70,7 +70,7 @@ class BinLPT(FullBarriers):
         if sigma:
             factors = sim.rng.lognormal(0.0, sigma, loop.n)
             estimate = np.concatenate(([0.0], np.cumsum(np.diff(loop.prefix) * factors)))
-        bounds = cut(estimate, self.params["chunks"])
+        bounds = cut(estimate, min(self.params["chunks"], loop.n))
         self.queues = lpt(bounds, estimate, sim.threads)
         self.index = [sim.memory.line(f"loop[{index}].queue[{q}]", 0, home=q) for q in range(sim.threads)]
 

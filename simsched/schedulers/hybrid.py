@@ -67,6 +67,9 @@ class Hybrid(WorkStealing):
             flag = self.flags[head[-1].loop][w]
             value, t = sim.memory.read(flag, w, at=t)
             if value == 0:
+                # Like any steal it needs a stack to run on; the victim's frame stays where it is.
+                t += sim.costs["steal"] + sim.costs["stack_switch"]
+                sim.counters["steals"] += 1
                 frame, t = self.child_frame(sim, w, head[-1], t)
                 return (frame, (CLAIM, w, 0, frame), t), t
         return super().take(sim, w, victim, t)
@@ -84,6 +87,7 @@ class CilkFineGrain(WorkStealing):
 
     name = "cilk-fg"
     summary = "Cilk plus fine-grain loops: thieves poll a release flag between steal attempts"
+    PARAMS = {"sleep_after": WorkStealing.PARAMS["sleep_after"]}
 
     def setup(self, sim) -> None:
         super().setup(sim)

@@ -164,9 +164,10 @@ class ICh(Stealing):
 
     def setup(self, sim):
         super().setup(sim)
-        # How a thread learns the mean progress mu is itself modeled: every thread adds each
-        # finished chunk to one shared total (mu = total / P), one contended atomic per chunk,
-        # rather than reading all P per-thread counts (P transfers per chunk).
+        # How a thread learns the mean progress mu is itself modeled: the shared total is the
+        # sum of every thread's k (mu = total / P). Each thread adds what changed its k since
+        # its last report (its finished chunk, and the shift a steal's averaging made) with one
+        # contended atomic per chunk, rather than reading all P counts (P transfers per chunk).
         self.total = sim.memory.line("ich.completed", 0, home=0)
 
     def prepare(self, sim, index):
@@ -174,6 +175,7 @@ class ICh(Stealing):
         threads = sim.threads
         self.k = [0] * threads          # iterations completed (thread-private, published with the bounds)
         self.d = [threads] * threads    # divisor: first chunk |q|/P, about N/P^2
+        self.unreported = [0] * threads  # change of k by steals, added to the total at the next report
 
     def deal(self, sim, t):
         t = super().deal(sim, t)
@@ -189,8 +191,10 @@ class ICh(Stealing):
         return 1
 
     def report(self, sim, w, size):
-        old, t = sim.memory.fetch_add(self.total, w, size)
-        mu = (old + size) / sim.threads
+        change = size + self.unreported[w]
+        self.unreported[w] = 0
+        old, t = sim.memory.fetch_add(self.total, w, change)
+        mu = (old + change) / sim.threads
         delta = self.params["eps"] * mu
         k = self.k[w] = self.k[w] + size
         if k < mu - delta:              # slow: bigger chunks, less time scheduling
@@ -204,6 +208,8 @@ class ICh(Stealing):
 
     def stolen(self, w, victim):
         # The victim's k and d travel on its queue line, which the thief just read.
-        self.k[w] = (self.k[w] + victim[2]) // 2
+        averaged = (self.k[w] + victim[2]) // 2
+        self.unreported[w] += averaged - self.k[w]
+        self.k[w] = averaged
         self.d[w] = max(1, (self.d[w] + victim[3]) // 2)
         # Its next chunk, |stolen| // d, is at most what it stole.

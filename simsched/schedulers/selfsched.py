@@ -8,7 +8,8 @@ from ..spec import Param
 from .base import STEALING_COUNTERS, block
 from .static import BARRIER_PARAM, FullBarriers
 
-CHUNK_PARAM = Param("chunk", int, 1, lambda v: v >= 1, ">= 1", help="minimum chunk size")
+CHUNK_PARAM = Param("chunk", int, 1, lambda v: v >= 1, ">= 1",
+                    help="chunk size (for guided, tss and fac2: the smallest chunk)")
 
 
 class SelfScheduling(FullBarriers):
@@ -87,8 +88,8 @@ class OmpGuided(SelfScheduling):
 def claim_by_index(sim, w, index, line, ranges):
     """Run ``ranges[i]`` for each i claimed by fetch-and-add on ``line``; return when the failing claim ends.
 
-    Inlined like OmpDynamic.share: a claim's completion is folded into its chunk's
-    timeout, so there is one event per chunk.
+    Simulation.run_chunk inlined with local accumulators, since this runs once per chunk:
+    a claim's completion is folded into its chunk's timeout, one event per chunk.
     """
     prefix, slow, dispatch = sim.loops[index].prefix, sim.slowdown[w], sim.costs["chunk"]
     fetch_add, env, log = sim.memory.fetch_add, sim.env, sim._chunks.append
@@ -201,7 +202,7 @@ class Taskloop(FullBarriers):
     name = "taskloop"
     summary = "OpenMP taskloop: master creates num_tasks tasks, workers take them from a queue"
     PARAMS = {
-        "num_tasks": Param("num_tasks", int, 0, lambda v: v >= 1, ">= 1",
+        "num_tasks": Param("num_tasks", int, None, lambda v: v >= 1, ">= 1",
                            help="tasks to create (default: one per worker; never more than iterations)"),
         "barrier": BARRIER_PARAM,
     }
@@ -227,9 +228,9 @@ class Taskloop(FullBarriers):
             yield sim.wait(w, "schedule", t)
             if i >= tasks:
                 return
-            before = env.now
+            sim.begin(w, "schedule")
             yield mem.spin_until(self.tail, w, lambda published, i=i: published > i)
-            sim.spend(w, "schedule", env.now - before)
+            sim.end(w)
             lo, hi = block(n, tasks, i)
             sim.counters["chunks"] += 1
             yield sim.until(sim.run_chunk(w, index, lo, hi, env.now))

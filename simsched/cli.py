@@ -8,7 +8,7 @@ import math
 import sys
 from pathlib import Path
 
-from .errors import SimschedError
+from .errors import ExecutionError, SimschedError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--repeat", type=_integer, default=1,
                      help="run the loop this many times back to back (EPCC style)")
     run.add_argument("--json", action="store_true", help="print one JSON object")
-    run.add_argument("--chunks", metavar="FILE.csv", help="write the chunk table (worker, lo, hi, start, end)")
+    run.add_argument("--chunks", metavar="FILE.csv", help="write the chunk table (worker, loop, lo, hi, start, end)")
 
     machines = sub.add_parser("machines", help="list built-in machines, or describe one")
     machines.add_argument("name", nargs="?", help="machine name or TOML file")
@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return COMMANDS[args.command](args)
+    except ExecutionError as exc:
+        print(f"simsched: internal error (please report it): {exc}", file=sys.stderr)
+        return 3
     except SimschedError as exc:
         print(f"simsched: error: {exc}", file=sys.stderr)
         return 2
@@ -103,9 +106,7 @@ def cmd_run(args) -> int:
     machine = load_machine(args.machine)
     scheduler = get_scheduler(args.scheduler)
     workload = get_workload(args.workload)
-    machine.check_threads(args.threads)
-    if args.repeat < 1:
-        raise SimschedError(f"--repeat must be >= 1, got {args.repeat}")
+    machine.check_threads(args.threads)  # before --chunks is checked: the likelier mistake first
     if args.chunks:
         chunks = Path(args.chunks)
         if chunks.is_dir():

@@ -52,7 +52,8 @@ class Simulation:
         self.costs = machine.costs
         self.counters: Counter = Counter()
         self.memory = Memory(self.env, machine.latency[np.ix_(self.cores, self.cores)],
-                             self.costs, machine.serve_ns, machine.transfer_fraction)
+                             self.costs, machine.serve_ns, machine.transfer_fraction,
+                             directory=machine.coherence == "directory")
         self.slowdown = [float(x) for x in machine.speed_factors(self.threads)]
         self.time = {state: [0.0] * self.threads for state in STATES}
         # Each worker's most recent accounted segments (state, start, end): the ones that may reach

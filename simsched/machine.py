@@ -48,7 +48,7 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "matrix": _key(list, False, None),
     },
     "coherence": {
-        "protocol": _key(str, False, None),
+        "protocol": _key(str, False, None),  # snoop: spinners told at once; directory: one by one
         "serve_ns": _key(float, False),
     },
     "costs_ns": {

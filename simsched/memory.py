@@ -52,11 +52,12 @@ class Memory:
     """The modeled shared memory of one run: allocates lines and charges their operations."""
 
     def __init__(self, env, latency, costs: dict[str, float], serve_ns: float,
-                 transfer_fraction: float = 0.5):
+                 transfer_fraction: float = 0.5, directory: bool = False):
         self.env = env
         # Nested lists index faster than a NumPy matrix on this hot path.
         self.lat = [list(map(float, row)) for row in latency]
         self.transfer = [[x * transfer_fraction for x in row] for row in self.lat]
+        self.directory = directory
         self.atomic_ns = costs["atomic"]
         self.store_ns = costs["store"]
         self.serve_ns = serve_ns
@@ -181,16 +182,24 @@ class Memory:
         return event
 
     def _notify(self, line: Line, writer: int, visible: float) -> None:
-        """Tell the spinners that a write became visible; those it satisfies re-read the line in turn."""
+        """Tell the spinners that a write became visible; those it satisfies re-read the line in turn.
+
+        With snooping the invalidation reaches every spinner at once and the line's source
+        hands out copies ``serve_ns`` apart; with a directory each re-read is a separate
+        transfer from the writer, served one after another.
+        """
         env, lat, serve = self.env, self.lat[writer], self.serve_ns
+        transfer = self.transfer[writer]
         waiting = []
         served = 0
+        queue = 0.0
         value = line.value
         for spinner in line.spinners:
             core, ready, event = spinner
             if ready(value):
                 line.sharers.add(core)
-                fire_at(env, event, visible + lat[core] + served * serve, value)
+                fire_at(env, event, visible + lat[core] + queue, value)
+                queue += transfer[core] + serve if self.directory else serve
                 served += 1
             else:
                 waiting.append(spinner)

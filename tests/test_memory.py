@@ -5,11 +5,11 @@ import simpy
 from simsched.memory import Memory
 
 
-def make_memory(cores=4, lat=100.0, atomic=10.0, store=1.0, serve=0.0, fraction=0.5):
+def make_memory(cores=4, lat=100.0, atomic=10.0, store=1.0, serve=0.0, fraction=0.5, directory=False):
     env = simpy.Environment()
     latency = [[0.0 if a == b else lat for b in range(cores)] for a in range(cores)]
     costs = {"atomic": atomic, "store": store}
-    memory = Memory(env, latency, costs, serve, fraction)
+    memory = Memory(env, latency, costs, serve, fraction, directory)
     return env, memory, memory
 
 
@@ -130,3 +130,25 @@ def test_failed_cas_reports_the_value_found():
     assert (ok, found, line.value) == (True, 4, 9)
     assert done2 == done + 50 + 10
     assert counters.cas_failures == 1
+
+
+def test_a_directory_serves_spinners_one_transfer_after_another():
+    env, mem, _ = make_memory(cores=4, directory=True)
+    flag = mem.line("flag", 0, home=0)
+    seen = {}
+
+    def spinner(w):
+        yield mem.spin_until(flag, w, lambda v: v >= 1)
+        seen[w] = env.now
+
+    for w in (1, 2, 3):
+        env.process(spinner(w))
+
+    def writer():
+        yield env.timeout(10)
+        mem.store(flag, 0, 1)
+
+    env.process(writer())
+    env.run()
+    # Each re-read waits for the previous one's transfer (50 ns) at the directory.
+    assert seen == {1: 110.0, 2: 160.0, 3: 210.0}

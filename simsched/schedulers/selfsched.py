@@ -21,20 +21,6 @@ class SelfScheduling(FullBarriers):
         # A fresh next-iteration counter per loop, initialised by the master with the descriptor.
         self.next = sim.memory.line(f"loop[{index}].next", 0, home=0)
 
-    def share(self, sim, w, index):
-        n = sim.loops[index].n
-        while True:
-            lo, hi, t = yield from self.grab(sim, w, n)
-            if lo >= n:
-                yield sim.wait(w, "schedule", t)
-                return
-            sim.counters["chunks"] += 1
-            yield sim.until(sim.run_chunk(w, index, lo, hi, t))
-
-    def grab(self, sim, w, n):
-        """Claim the next chunk: (lo, hi, time the claim completes); lo >= n when none is left."""
-        raise NotImplementedError
-
 
 class OmpDynamic(SelfScheduling):
     """Fixed chunks claimed with one atomic fetch-and-add each."""
@@ -71,18 +57,24 @@ class OmpGuided(SelfScheduling):
     name = "omp-guided"
     summary = "OpenMP guided: max(chunk, ceil(R/P)) by compare-and-swap"
 
-    def grab(self, sim, w, n):
-        k, threads, mem = self.params["chunk"], sim.threads, sim.memory
-        lo, t = mem.read(self.next, w)
-        while lo < n:
-            yield sim.wait(w, "schedule", t)
-            size = max(k, math.ceil((n - lo) / threads))
-            hi = min(lo + size, n)
-            ok, found, t = mem.cas(self.next, w, lo, hi)
-            if ok:
-                return lo, hi, t
-            lo = found
-        return lo, lo, t
+    def share(self, sim, w, index):
+        n, k, threads, mem = sim.loops[index].n, self.params["chunk"], sim.threads, sim.memory
+        while True:
+            # Read the counter, size the chunk from what is left, and claim it with a CAS; a
+            # failed CAS returns the value it found, so the next try needs no extra read.
+            lo, t = mem.read(self.next, w)
+            while lo < n:
+                yield sim.wait(w, "schedule", t)
+                hi = min(lo + max(k, math.ceil((n - lo) / threads)), n)
+                ok, found, t = mem.cas(self.next, w, lo, hi)
+                if ok:
+                    break
+                lo = found
+            if lo >= n:
+                yield sim.wait(w, "schedule", t)
+                return
+            sim.counters["chunks"] += 1
+            yield sim.until(sim.run_chunk(w, index, lo, hi, t))
 
 
 def claim_by_index(sim, w, index, line, ranges):

@@ -65,7 +65,8 @@ class WorkStealing(Scheduler):
         return self.done
 
     def grain(self, sim, index: int) -> int:
-        if self.params["grain"]:
+        """Leaf size of the binary splitting of loop ``index``."""
+        if self.params.get("grain"):
             return self.params["grain"]
         return max(1, min(2048, sim.loops[index].n // (8 * sim.threads)))
 

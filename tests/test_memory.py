@@ -76,8 +76,9 @@ def test_spinner_sees_a_store_one_way_latency_later():
     assert seen == {"at": 140.0, "value": 1}
 
 
-def test_spinners_are_served_one_after_another():
-    env, mem, _ = make_memory(cores=4, serve=7.0)
+def when_spinners_see_a_store(**memory):
+    """Workers 1-3 spin on a flag that worker 0 sets at t=10: when each sees it."""
+    env, mem, _ = make_memory(cores=4, **memory)
     flag = mem.line("flag", 0, home=0)
     seen = {}
 
@@ -85,16 +86,19 @@ def test_spinners_are_served_one_after_another():
         yield mem.spin_until(flag, w, lambda v: v >= 1)
         seen[w] = env.now
 
-    for w in (1, 2, 3):
-        env.process(spinner(w))
-
     def writer():
         yield env.timeout(10)
         mem.store(flag, 0, 1)
 
+    for w in (1, 2, 3):
+        env.process(spinner(w))
     env.process(writer())
     env.run()
-    assert seen == {1: 110.0, 2: 117.0, 3: 124.0}
+    return seen
+
+
+def test_spinners_are_served_one_after_another():
+    assert when_spinners_see_a_store(serve=7.0) == {1: 110.0, 2: 117.0, 3: 124.0}
 
 
 def test_spin_on_a_value_already_there_costs_a_read_miss():
@@ -133,22 +137,5 @@ def test_failed_cas_reports_the_value_found():
 
 
 def test_a_directory_serves_spinners_one_transfer_after_another():
-    env, mem, _ = make_memory(cores=4, directory=True)
-    flag = mem.line("flag", 0, home=0)
-    seen = {}
-
-    def spinner(w):
-        yield mem.spin_until(flag, w, lambda v: v >= 1)
-        seen[w] = env.now
-
-    for w in (1, 2, 3):
-        env.process(spinner(w))
-
-    def writer():
-        yield env.timeout(10)
-        mem.store(flag, 0, 1)
-
-    env.process(writer())
-    env.run()
     # Each re-read waits for the previous one's transfer (50 ns) at the directory.
-    assert seen == {1: 110.0, 2: 160.0, 3: 210.0}
+    assert when_spinners_see_a_store(directory=True) == {1: 110.0, 2: 160.0, 3: 210.0}

@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     rank.add_argument("--threads", type=_integer, help="thread count to rank at (default: every one)")
     rank.add_argument("--json", action="store_true", help="print a JSON list")
 
-    plot = sub.add_parser("plot", help="plot speedup against loop duration from sweep results")
+    plot = sub.add_parser("plot", help="plot speedup against loop duration (or, for a [rank] experiment, "
+                                       "against threads per method) from sweep results")
     plot.add_argument("results", help="results table (CSV/Parquet) or a sweep's output folder")
     plot.add_argument("--out", help="image file (default: speedup.png beside the results)")
     return parser
@@ -242,8 +243,8 @@ def cmd_rank(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from .analysis.plots import plot_speedup
-    from .sweep import read_table
+    from .analysis.plots import plot_ranking, plot_speedup
+    from .sweep import load_experiment, read_table
 
     path = Path(args.results)
     frame = read_table(path)
@@ -251,7 +252,15 @@ def cmd_plot(args) -> int:
     out = Path(args.out) if args.out else folder / "speedup.png"
     if not out.parent.exists():
         raise SimschedError(f"--out: folder {out.parent} does not exist")
-    plot_speedup(frame, out)
+    config = folder / "experiment.toml"
+    rank = load_experiment(config).rank if config.is_file() else None
+    if rank:
+        # A method comparison (E4 style): speedup against threads per method.
+        from .analysis.ranking import rank_methods
+
+        plot_ranking(rank_methods(frame, rank["baseline"], rank["baseline_threads"]), out)
+    else:
+        plot_speedup(frame, out)
     print(out)
     return 0
 

@@ -76,3 +76,6 @@ highlight = "ich"
                            capture_output=True, text=True)
     assert again.returncode == 0, again.stderr
     assert len(json.loads(again.stdout)) == len(saved)
+    picture = subprocess.run([sys.executable, "-m", "simsched.cli", "plot", str(out)], capture_output=True, text=True)
+    assert picture.returncode == 0, picture.stderr
+    assert (out / "speedup.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -48,3 +48,30 @@ def plot_speedup(results: pd.DataFrame, out: str | Path | None = None, ax=None, 
         fig.savefig(out, dpi=120)
         plt.close(fig)
     return ax
+
+
+def plot_ranking(table: pd.DataFrame, out: str | Path | None = None):
+    """Best speedup against threads per method, one panel per workload (a ``rank_methods`` table)."""
+    import matplotlib
+
+    if out is not None:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    workloads = list(dict.fromkeys(table["workload"]))
+    fig, axes = plt.subplots(1, len(workloads), figsize=(4.5 * len(workloads), 4), squeeze=False, sharey=True)
+    for ax, workload in zip(axes[0], workloads):
+        rows = table[table["workload"] == workload]
+        for method, group in rows.groupby("method", sort=False):
+            group = group.sort_values("threads")
+            ax.plot(group["threads"], group["speedup"], "o-", ms=3, label=method)
+        ax.set_title(workload, fontsize=9)
+        ax.set_xlabel("threads")
+        ax.grid(True, alpha=0.3)
+    axes[0][0].set_ylabel("speedup (best parameter per method)")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    if out is not None:
+        fig.savefig(out, dpi=120)
+        plt.close(fig)
+    return fig

@@ -1,4 +1,4 @@
-"""The ``simsched`` command line: run, sweep, fit, plot and machines."""
+"""The ``simsched`` command line: run, machines, sweep, fit, rank and plot."""
 
 from __future__ import annotations
 

@@ -155,26 +155,25 @@ def test_machines_describes_one_machine():
 
 # -- simsched sweep and fit -------------------------------------------------------------------------------
 
+def sweep_cli(tmp_path_factory, name, threads, *options):
+    """Run ``simsched sweep`` on the test grid with ``threads``: (process, output folder)."""
+    folder = tmp_path_factory.mktemp(name)
+    config = folder / "experiment.toml"
+    config.write_text(EXPERIMENT.replace("THREADS", threads), encoding="utf-8")
+    out = folder / "out"
+    return simsched_cli("sweep", config, "--out", out, "--quiet", *options, cwd=folder), out
+
+
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     """A clean 2 x 4 sweep (threads = 8), written as CSV with two worker processes."""
-    folder = tmp_path_factory.mktemp("sweep")
-    config = folder / "experiment.toml"
-    config.write_text(EXPERIMENT.replace("THREADS", "8"), encoding="utf-8")
-    out = folder / "out"
-    proc = simsched_cli("sweep", config, "--out", out, "--jobs", "2", "--quiet", cwd=folder)
-    return proc, out
+    return sweep_cli(tmp_path_factory, "sweep", "8", "--jobs", "2")
 
 
 @pytest.fixture(scope="module")
 def failing_sweep(tmp_path_factory):
     """The same grid with threads = [8, 64] on a 28-core machine, written as Parquet."""
-    folder = tmp_path_factory.mktemp("failing-sweep")
-    config = folder / "experiment.toml"
-    config.write_text(EXPERIMENT.replace("THREADS", "[8, 64]"), encoding="utf-8")
-    out = folder / "out"
-    proc = simsched_cli("sweep", config, "--out", out, "--jobs", "1", "--quiet", "--format", "parquet", cwd=folder)
-    return proc, out
+    return sweep_cli(tmp_path_factory, "failing-sweep", "[8, 64]", "--jobs", "1", "--format", "parquet")
 
 
 def total_us(workload: str) -> float:

@@ -234,28 +234,9 @@ def test_unmodified_inputs_succeed(outcomes, name):
 
 # -- the error cases ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ids("unknown/"))
-def test_unknown_names(outcomes, name):
-    error_line(outcomes[name], *CASES[name].needles)
-
-
-@pytest.mark.parametrize("name", ids("value/"))
-def test_bad_parameter_values(outcomes, name):
-    error_line(outcomes[name], *CASES[name].needles)
-
-
-@pytest.mark.parametrize("name", ids("threads/"))
-def test_bad_thread_counts(outcomes, name):
-    error_line(outcomes[name], *CASES[name].needles)
-
-
-@pytest.mark.parametrize("name", ids("costs/"))
-def test_bad_cost_files(outcomes, name):
-    error_line(outcomes[name], *CASES[name].needles)
-
-
-@pytest.mark.parametrize("name", ids("machine/"))
-def test_bad_machine_files(outcomes, name):
+@pytest.mark.parametrize("name", [n for prefix in ("unknown/", "value/", "threads/", "costs/", "machine/", "fit/")
+                                  for n in ids(prefix)])
+def test_bad_input_is_one_named_line(outcomes, name):
     error_line(outcomes[name], *CASES[name].needles)
 
 
@@ -267,11 +248,6 @@ def test_bad_experiments_write_nothing(outcomes, name):
     assert not (outcome.folder / "results").exists(), "a failed sweep wrote into the default results folder"
     if name == "sweep/out-is-a-file":
         assert (outcome.folder / "taken").read_text(encoding="utf-8") == "not a folder"
-
-
-@pytest.mark.parametrize("name", ids("fit/"))
-def test_fit_on_things_that_are_not_results(outcomes, name):
-    error_line(outcomes[name], *CASES[name].needles)
 
 
 # -- inputs that once ended in a traceback ---------------------------------------------------------------------------------------------

@@ -86,42 +86,29 @@ class Simulation:
         self.time[state][worker] += self.env.now - since
 
     def run_chunks(self, worker: int, loop: int, ranges, start: float) -> float:
-        """Record ``worker`` running the iteration ranges back to back from ``start``; return the end time.
-
-        Each chunk pays the machine's per-chunk dispatch cost, accounted as scheduling.
-        """
-        prefix = self.loops[loop].prefix
-        slow = self.slowdown[worker]
-        dispatch = self.costs["chunk"]
+        """Record ``worker`` running the iteration ranges back to back from ``start``; return the end time."""
         t = start
-        busy = 0.0
-        log = self._chunks
         for lo, hi in ranges:
-            if hi <= lo:
-                continue
-            t += dispatch
-            work = (prefix[hi] - prefix[lo]) * slow
-            log.append((worker, loop, lo, hi, t, t + work))
-            t += work
-            busy += work
-        self.time["compute"][worker] += busy
-        self.time["schedule"][worker] += (t - start) - busy
+            if hi > lo:
+                t = self.run_chunk(worker, loop, lo, hi, t, since=t)
         return t
 
-    def run_chunk(self, worker: int, loop: int, lo: int, hi: int, claimed: float) -> float:
-        """Record one chunk claimed at time ``claimed``; return when it ends (``run_chunks`` for one range).
+    def run_chunk(self, worker: int, loop: int, lo: int, hi: int, claimed: float,
+                  since: float | None = None) -> float:
+        """Record one chunk claimed at time ``claimed``; return when it ends.
 
-        The time from now to the claim and the dispatch cost count as scheduling.
+        The time from ``since`` (default: now) to the claim and the per-chunk dispatch cost
+        count as scheduling.
         """
+        since = self.env.now if since is None else since
         start = claimed + self.costs["chunk"]
         prefix = self.loops[loop].prefix
         work = (prefix.item(hi) - prefix.item(lo)) * self.slowdown[worker]
         end = start + work
-        now = self.env.now
         self._chunks.append((worker, loop, lo, hi, start, end))
-        self.time["schedule"][worker] += start - now
+        self.time["schedule"][worker] += start - since
         self.time["compute"][worker] += work
-        self.last[worker] = (("schedule", now, start), ("compute", start, end))
+        self.last[worker] = (("schedule", since, start), ("compute", start, end))
         return end
 
     def until(self, when: float):

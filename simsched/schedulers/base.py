@@ -86,3 +86,8 @@ STEALING_COUNTERS = ("steal_attempts", "steals", "tasks_created", "claims", "fai
 def block(n: int, threads: int, w: int) -> tuple[int, int]:
     """Worker ``w``'s contiguous, near-equal block of [0, n)."""
     return (w * n) // threads, ((w + 1) * n) // threads
+
+
+def run_block(sim, w: int, index: int):
+    """Worker ``w`` runs its static block of loop ``index`` (nothing if the block is empty)."""
+    yield sim.until(sim.run_chunks(w, index, [block(sim.loops[index].n, sim.threads, w)], sim.env.now))

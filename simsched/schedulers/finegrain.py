@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..spec import Param
 from .barriers import Views, make_barrier
-from .base import ForkJoin, block
+from .base import ForkJoin, run_block
 
 
 class FineGrain(ForkJoin):
@@ -36,8 +36,7 @@ class FineGrain(ForkJoin):
             yield from self.barrier.join(w)
 
     def share(self, sim, w, index):
-        loop = sim.loops[index]
-        yield sim.until(sim.run_chunks(w, index, [block(loop.n, sim.threads, w)], sim.env.now))
+        yield from run_block(sim, w, index)
 
 
 class FineGrainTree(FineGrain):

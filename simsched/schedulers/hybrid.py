@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..memory import fire_at
 from .barriers import make_barrier
-from .base import block
+from .base import block, run_block
 from .stealing import RANGE, Frame, WorkStealing
 
 CLAIM = "claim"  # deque item (CLAIM, owner, i, frame): the claiming loop DoHybridLoop(owner), at step i
@@ -150,5 +150,5 @@ class CilkFineGrain(WorkStealing):
         index = self.joined[w]
         self.joined[w] += 1
         _, t = sim.memory.read(self.descriptor, w)
-        lo, hi = block(sim.loops[index].n, sim.threads, w)
-        yield sim.until(sim.run_chunk(w, index, lo, hi, t))
+        yield sim.wait(w, "schedule", t)
+        yield from run_block(sim, w, index)

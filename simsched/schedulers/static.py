@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..spec import Param
 from .barriers import BARRIERS, Views, make_barrier
-from .base import ForkJoin, block
+from .base import ForkJoin, run_block
 
 REDUCTIONS = ("none", "sequential", "tree-barrier")
 BARRIER_PARAM = Param("barrier", str, "hyper", choices=BARRIERS,
@@ -53,11 +53,9 @@ class OmpStatic(FullBarriers):
     }
 
     def share(self, sim, w, index):
-        loop = sim.loops[index]
-        chunk = self.params["chunk"]
-        if chunk:
-            step = chunk * sim.threads
-            ranges = ((lo, min(lo + chunk, loop.n)) for lo in range(w * chunk, loop.n, step))
-        else:
-            ranges = [block(loop.n, sim.threads, w)]
+        n, chunk = sim.loops[index].n, self.params["chunk"]
+        if not chunk:
+            yield from run_block(sim, w, index)
+            return
+        ranges = ((lo, min(lo + chunk, n)) for lo in range(w * chunk, n, chunk * sim.threads))
         yield sim.until(sim.run_chunks(w, index, ranges, sim.env.now))

@@ -189,8 +189,8 @@ class WorkStealing(Scheduler):
         work = None
         if self.deques[victim]:
             work, t = self.take(sim, w, victim, t)
+        # The unlock store keeps the lock line busy until then: later lockers queue behind it.
         t = mem.store(lock, w, 0, at=t)
-        lock.free_at = max(lock.free_at, t)  # the lock is held until this store: later lockers queue behind it
         yield sim.wait(w, "steal", t)
         return work
 

@@ -10,31 +10,13 @@ import pandas as pd
 import simpy
 
 from .errors import ExecutionError, SimschedError
+from .loop import Loop
 from .machine import Machine, load_machine
 from .memory import Memory
 from .result import CHUNK_COLUMNS, Result
 
-STATES = ("compute", "schedule", "steal", "sync", "idle")
-
-
-class Loop:
-    """One parallel loop over iterations [0, n): its costs as prefix sums, so any chunk costs O(1)."""
-
-    def __init__(self, costs: Any, name: str = ""):
-        costs = np.asarray(costs, dtype=float)
-        if costs.ndim != 1 or costs.size == 0:
-            raise SimschedError("a loop needs a non-empty 1-D array of iteration costs")
-        if not np.all(np.isfinite(costs)):
-            raise SimschedError("iteration costs must be finite")
-        if np.any(costs < 0):
-            raise SimschedError("iteration costs must be >= 0")
-        self.n = int(costs.size)
-        with np.errstate(over="ignore"):
-            self.prefix = np.concatenate(([0.0], np.cumsum(costs)))
-        self.total = float(self.prefix[-1])
-        if not np.isfinite(self.total):
-            raise SimschedError("the iteration costs add up to more than a float can hold")
-        self.name = name
+# Split and create are the task-pool runtimes' (lbs.py): splitting loop tasks, creating tasks.
+STATES = ("compute", "schedule", "steal", "split", "create", "sync", "idle")
 
 
 class Simulation:
@@ -65,8 +47,23 @@ class Simulation:
         self.load(loops)
 
     def load(self, loops: Sequence[Loop]) -> None:
-        """Set the program: the loops the master runs one after another."""
+        """Set the program: the loops the master runs one after another.
+
+        ``loops`` lists all loops by index (the chunk table's ``loop``): the program's loops
+        first, in order, then the loops nested in their iterations. ``program`` holds the
+        indices of the program's loops and ``children[index]`` maps an iteration of loop
+        ``index`` to the index of the loop nested in it.
+        """
         self.loops = list(loops)
+        self.program = list(range(len(self.loops)))
+        self.children: dict[int, dict[int, int]] = {}
+        for index in self.program:
+            inner = self.loops[index].inner
+            if inner:
+                self.children[index] = {}
+                for i in sorted(inner):
+                    self.children[index][i] = len(self.loops)
+                    self.loops.append(inner[i])
         self.loop_end = [0.0] * len(self.loops)
 
     # Workers index the memory's latency rows by worker number, since worker w sits on cores[w].
@@ -101,9 +98,16 @@ class Simulation:
         count as scheduling.
         """
         since = self.env.now if since is None else since
-        start = claimed + self.costs["chunk"]
+        return self.record_chunk(worker, loop, lo, hi, claimed + self.costs["chunk"], since)
+
+    def work(self, worker: int, loop: int, lo: int, hi: int) -> float:
+        """The time ``worker`` computes iterations [lo, hi) of ``loop``."""
         prefix = self.loops[loop].prefix
-        work = (prefix.item(hi) - prefix.item(lo)) * self.slowdown[worker]
+        return (prefix.item(hi) - prefix.item(lo)) * self.slowdown[worker]
+
+    def record_chunk(self, worker: int, loop: int, lo: int, hi: int, start: float, since: float) -> float:
+        """Record ``worker`` computing [lo, hi) from ``start``, scheduling since ``since``; return its end."""
+        work = self.work(worker, loop, lo, hi)
         end = start + work
         self._chunks.append((worker, loop, lo, hi, start, end))
         self.time["schedule"][worker] += start - since
@@ -126,6 +130,9 @@ class Simulation:
 
     def run(self, scheduler) -> Result:
         """Simulate the program under ``scheduler`` and return its checked Result."""
+        if self.children and not scheduler.NESTED:
+            raise SimschedError(f"scheduler {scheduler.name} cannot run nested loops; "
+                                "the loop-task schedulers (lbs, adapt-g, adapt-l, distrib, offload, cellss) can")
         scheduler.setup(self)
         env = self.env
         processes = [env.process(scheduler.worker(self, w)) for w in range(self.threads)]
@@ -153,6 +160,7 @@ class Simulation:
                                for i, name in enumerate(CHUNK_COLUMNS)})
         self._verify(chunks, scheduler.spec)
         sequential = sum(loop.total for loop in self.loops)
+        ends = [self.loop_end[index] for index in self.program]
         return Result(
             machine=self.machine.name,
             scheduler=scheduler.spec,
@@ -164,7 +172,7 @@ class Simulation:
             state_ns={s: np.asarray(v) for s, v in self.time.items()},
             chunks=chunks,
             counters=dict(sorted(self.counters.items())),
-            loop_ns=list(np.diff([0.0] + self.loop_end)),
+            loop_ns=list(np.diff([0.0] + ends)),
             events=next(env._eid),  # SimPy numbers every scheduled event
         )
 
@@ -214,7 +222,7 @@ def simulate_program(machine, scheduler, workloads, threads: int, seed: int = 0,
         raise SimschedError("a program needs at least one loop")
     sim = Simulation(machine, threads, seed=seed)
     # The run's one generator draws the costs, so the same seed gives the same loops.
-    sim.load([Loop(w.costs(sim.rng)) for w in specs] * int(repeat))
+    sim.load([loop for w in specs for loop in w.loops(sim.rng)] * int(repeat))
     result = sim.run(sched)
     result.workload = " ; ".join(w.spec for w in specs)
     result.repeat = int(repeat)

@@ -75,6 +75,7 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "dram_remote": _key(float, False),
         "dma_local_store": _key(float, False),
         "dma_memory": _key(float, False),
+        "mmio": _key(float, False),
     },
 }
 _TOP_LEVEL = {"name": str, "description": str}

@@ -97,6 +97,17 @@ class Memory:
         seen = line.written_at + self.lat[line.holder][core]
         return line.value, done if done > seen else seen
 
+    def peek(self, line: Line, core: int, at: float | None = None) -> tuple[Any, float]:
+        """Read the line without keeping a copy (a DMA get into a local store): (value, completion time)."""
+        now = self.env.now if at is None else at
+        start = line.free_at if line.free_at > now else now
+        if core == line.holder:
+            return line.value, start
+        self.transfers += 1
+        done = start + self.transfer[line.holder][core]
+        seen = line.written_at + self.lat[line.holder][core]
+        return line.value, done if done > seen else seen
+
     def store(self, line: Line, core: int, value: Any, at: float | None = None) -> float:
         """Write ``value`` from ``core`` (through the store buffer): the writer's completion time."""
         now = self.env.now if at is None else at

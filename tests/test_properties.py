@@ -37,6 +37,11 @@ VARIANTS = [
     "omp-dynamic:chunk=4",
     "omp-dynamic:barrier=central",
     "omp-guided:chunk=2",
+    "lbs:split=guided",
+    "lbs:split=adapt-g",
+    "lbs:split=adapt-l",
+    "lbs:ppt=3",
+    "offload:ls_tasks=2,swap_block=1",
 ]
 SCHEDULERS = sorted(REGISTRY) + VARIANTS
 
@@ -229,6 +234,46 @@ def test_repeat_covers_each_loop_once(scheduler, mt, workload, seed, repeat):
     assert result.repeat == repeat
     assert len(result.loop_ns) == repeat
     check_run(result, costs_of(workload, seed), threads, repeat=repeat)
+
+
+LOOP_TASK_SCHEDULERS = sorted(name for name, cls in REGISTRY.items() if cls.NESTED) + [
+    "lbs:split=guided", "lbs:ppt=2", "offload:ls_tasks=2,swap_block=1"]
+
+
+def test_loop_task_schedulers_are_the_lbs_family():
+    assert sorted(name for name, cls in REGISTRY.items() if cls.NESTED) == [
+        "adapt-g", "adapt-l", "cellss", "distrib", "lbs", "offload"]
+
+
+@pytest.mark.parametrize("scheduler", LOOP_TASK_SCHEDULERS)
+@FAST
+@given(mt=machine_and_threads(), seed=seeds, n=st.integers(1, 12), step=st.integers(0, 5),
+       inner_end=st.integers(1, 40), r_max=st.integers(1, 4), repeat=st.integers(1, 2))
+def test_nested_loop_invariants(scheduler, mt, seed, n, step, inner_end, r_max, repeat):
+    """Nested loops: every iteration of the outer loop and of every inner loop runs exactly once, within bounds."""
+    machine, threads = mt
+    spec = f"nested:n={n},step={step},inner_end={inner_end},r_max={r_max},unit_us=1,inner_us=0.5"
+    result = simulate(machine, scheduler, spec, threads, seed=seed, repeat=repeat)
+    outer = get_workload(spec).costs(np.random.default_rng(seed))
+    inner_sizes = [inner_end - step * i for i in range(n) if inner_end - step * i > 0]
+    # The program's loops come first, then the nested ones in order.
+    sizes = [n] * repeat + inner_sizes * repeat
+    problems = coverage_problems(result.chunks, sizes)
+    assert not problems, problems
+    total = (float(outer.sum()) + 500.0 * sum(inner_sizes)) * repeat
+    assert result.sequential_ns == pytest.approx(total, rel=REL)
+    assert result.makespan_ns >= total / threads * (1 - REL) - ABS
+    assert not worker_timeline_problems(result.chunks)
+    per_worker = sum(np.asarray(t, dtype=float) for t in result.state_ns.values())
+    np.testing.assert_allclose(per_worker, result.makespan_ns, rtol=REL, atol=ABS)
+    again = simulate(machine.name, scheduler, spec, threads, seed=seed, repeat=repeat)
+    pd.testing.assert_frame_equal(result.chunks, again.chunks, check_exact=True)
+    assert result.counters == again.counters
+
+
+def test_nested_loops_need_a_loop_task_scheduler():
+    with pytest.raises(simsched.SimschedError, match="cannot run nested loops"):
+        simulate("cell-qs22", "omp-dynamic", "nested:n=4,inner_end=8", 4)
 
 
 @settings(max_examples=10, deadline=None)

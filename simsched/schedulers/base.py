@@ -15,6 +15,8 @@ class Scheduler:
     PARAMS: ClassVar[dict[str, Param]] = {}
     # Counter names the scheduler always reports (0 when nothing happened): a contract for tools.
     COUNTERS: ClassVar[tuple[str, ...]] = ()
+    # Whether it runs loops nested in iterations (``Loop.inner``).
+    NESTED: ClassVar[bool] = False
 
     def __init__(self, **params: Any):
         self.params = resolve_params(f"scheduler {self.name}", self.PARAMS, params)

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import SimschedError
+from ..loop import Loop
 from ..spec import Param, format_spec, parse_spec, resolve_params
 
 _N = Param("n", int, 1000, lambda v: v >= 1, ">= 1", help="number of iterations")
@@ -49,6 +50,10 @@ class Workload:
 
     def generate(self, rng: np.random.Generator) -> np.ndarray:
         raise NotImplementedError
+
+    def loops(self, rng: np.random.Generator) -> list[Loop]:
+        """The loops this workload puts in a program: one, unless the workload is a loop nest or a sequence."""
+        return [Loop(self.costs(rng))]
 
 
 class UForall(Workload):
@@ -165,6 +170,70 @@ class FileCosts(Workload):
         return costs
 
 
+class Nested(Workload):
+    """The E2 nested loop: outer iteration i does r x unit_us of work (r uniform in 1..r_max), then an inner loop.
+
+    The inner loop of iteration i runs j in [step * i, inner_end), ``inner_us`` each (empty
+    ranges are skipped).
+    """
+
+    name = "nested"
+    summary = "outer loop of r x unit_us (r in 1..r_max), each then an inner loop over [step*i, inner_end)"
+    PARAMS = {"n": Param("n", int, 64, lambda v: v >= 1, ">= 1", help="outer iterations"),
+              "unit_us": _cost("unit_us", 100.0, "outer work unit in us"),
+              "r_max": Param("r_max", int, 10, lambda v: v >= 1, ">= 1", help="outer work is r x unit_us, r in 1..r_max"),
+              "step": Param("step", int, 4, lambda v: v >= 0, ">= 0", help="inner loop of iteration i starts at step*i"),
+              "inner_end": Param("inner_end", int, 1024, lambda v: v >= 1, ">= 1", help="inner loops end at this j"),
+              "inner_us": _cost("inner_us", 10.0, "cost of one inner iteration in us")}
+
+    def generate(self, rng):
+        p = self.params
+        return rng.integers(1, p["r_max"] + 1, p["n"]) * p["unit_us"] * 1e3
+
+    def loops(self, rng):
+        p = self.params
+        inner = {}
+        for i in range(p["n"]):
+            size = p["inner_end"] - p["step"] * i
+            if size > 0:
+                inner[i] = Loop(np.full(size, p["inner_us"] * 1e3))
+        return [Loop(self.costs(rng), inner=inner)]
+
+
+class BlockMatmul(Workload):
+    """Block matrix multiplication D x D in B x B blocks: D/B loops (the sequential k steps) of (D/B)^2 block products.
+
+    The default cost of one block product is the published measurement for B = 128, 64
+    and 32 on an SPE (HPR11: about 2.8 ms, 390 us, 60 us); other B need ``block_us``.
+    """
+
+    name = "matmul"
+    summary = "D/B loops of (D/B)^2 block products of block_us each (E2 matrix multiplication)"
+    PUBLISHED_BLOCK_US = {128: 2800.0, 64: 390.0, 32: 60.0}
+    PARAMS = {"d": Param("d", int, 2048, lambda v: v >= 1, ">= 1", help="matrix dimension"),
+              "b": Param("b", int, 128, lambda v: v >= 1, ">= 1", help="block dimension (divides d)"),
+              "block_us": _cost("block_us", 0.0, "one block product in us (default: published for B = 128, 64, 32)")}
+
+    def check(self):
+        d, b = self.params["d"], self.params["b"]
+        if d % b:
+            raise SimschedError(f"workload matmul: b={b} must divide d={d}")
+        if "block_us" not in self.given and b not in self.PUBLISHED_BLOCK_US:
+            raise SimschedError(f"workload matmul: give block_us for b={b} (published only for b = 128, 64, 32)")
+
+    def block_ns(self) -> float:
+        p = self.params
+        return 1e3 * (p["block_us"] if "block_us" in self.given else self.PUBLISHED_BLOCK_US[p["b"]])
+
+    def generate(self, rng):
+        blocks = self.params["d"] // self.params["b"]
+        return np.full(blocks * blocks, self.block_ns())
+
+    def loops(self, rng):
+        loop = Loop(self.costs(rng))
+        return [loop] * (self.params["d"] // self.params["b"])
+
+
 def _is_number(text) -> bool:
     try:
         float(text)
@@ -191,7 +260,8 @@ class ArrayWorkload(Workload):
 
 
 REGISTRY: dict[str, type[Workload]] = {
-    cls.name: cls for cls in (UForall, Uniform, Normal, Linear, ExpIncreasing, ExpDecreasing, FileCosts)
+    cls.name: cls for cls in (UForall, Uniform, Normal, Linear, ExpIncreasing, ExpDecreasing, FileCosts,
+                              Nested, BlockMatmul)
 }
 
 

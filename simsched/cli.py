@@ -1,4 +1,4 @@
-"""The ``simsched`` command line: run, machines, sweep, fit, rank and plot."""
+"""The ``simsched`` command line: run, machines, sweep, fit, rank, breakdown and plot."""
 
 from __future__ import annotations
 
@@ -62,8 +62,16 @@ def build_parser() -> argparse.ArgumentParser:
     rank.add_argument("--threads", type=_integer, help="thread count to rank at (default: every one)")
     rank.add_argument("--json", action="store_true", help="print a JSON list")
 
+    breakdown = sub.add_parser("breakdown", help="normalized time by computing/searching/splitting/creating, "
+                                                 "with task and steal counters (the experiment's [breakdown])")
+    breakdown.add_argument("results", help="results table (CSV/Parquet) or a sweep's output folder")
+    breakdown.add_argument("--baseline", help="scheduler whose one-worker run is T1 (default: the experiment's, "
+                                              "else lbs)")
+    breakdown.add_argument("--json", action="store_true", help="print a JSON list")
+
     plot = sub.add_parser("plot", help="plot speedup against loop duration (or, for a [rank] experiment, "
-                                       "against threads per method) from sweep results")
+                                       "against threads per method; for a [breakdown] one, stacked time "
+                                       "bars) from sweep results")
     plot.add_argument("results", help="results table (CSV/Parquet) or a sweep's output folder")
     plot.add_argument("--out", help="image file (default: speedup.png beside the results)")
     return parser
@@ -178,6 +186,16 @@ def cmd_sweep(args) -> int:
         print(format_ranking(table, spec.get("highlight")))
         if spec.get("published"):
             print(f"published: {spec['published']}")
+    if experiment.breakdown and failed < len(frame):
+        from .analysis.breakdown import breakdown_table, format_breakdown
+
+        spec = experiment.breakdown
+        table = breakdown_table(frame, spec["baseline"])
+        table.to_csv(out / "breakdown.csv", index=False)
+        print()
+        print(format_breakdown(table))
+        if spec.get("published"):
+            print(f"published: {spec['published']}")
     if experiment.published_d_us and failed < len(frame):
         from .analysis import burden_table, format_burden_table
 
@@ -242,6 +260,30 @@ def cmd_rank(args) -> int:
     return 0
 
 
+def _section(results_path: Path, name: str) -> dict | None:
+    """Section ``name`` of the experiment.toml saved beside a sweep's results, if any."""
+    from .sweep import load_experiment
+
+    folder = results_path if results_path.is_dir() else results_path.parent
+    config = folder / "experiment.toml"
+    return getattr(load_experiment(config), name) if config.is_file() else None
+
+
+def cmd_breakdown(args) -> int:
+    from .analysis.breakdown import breakdown_table, format_breakdown
+    from .sweep import read_table
+
+    path = Path(args.results)
+    frame = read_table(path)
+    spec = _section(path, "breakdown") or {}
+    table = breakdown_table(frame, args.baseline or spec.get("baseline", "lbs"))
+    if args.json:
+        print(table.to_json(orient="records"))
+    else:
+        print(format_breakdown(table))
+    return 0
+
+
 def cmd_plot(args) -> int:
     from .analysis.plots import plot_ranking, plot_speedup
     from .sweep import load_experiment, read_table
@@ -249,12 +291,19 @@ def cmd_plot(args) -> int:
     path = Path(args.results)
     frame = read_table(path)
     folder = path if path.is_dir() else path.parent
-    out = Path(args.out) if args.out else folder / "speedup.png"
+    config = folder / "experiment.toml"
+    experiment = load_experiment(config) if config.is_file() else None
+    rank = experiment.rank if experiment else None
+    breakdown = experiment.breakdown if experiment else None
+    default = "breakdown.png" if breakdown else "speedup.png"
+    out = Path(args.out) if args.out else folder / default
     if not out.parent.exists():
         raise SimschedError(f"--out: folder {out.parent} does not exist")
-    config = folder / "experiment.toml"
-    rank = load_experiment(config).rank if config.is_file() else None
-    if rank:
+    if breakdown:
+        from .analysis.breakdown import breakdown_table, plot_breakdown
+
+        plot_breakdown(breakdown_table(frame, breakdown["baseline"]), out)
+    elif rank:
         # A method comparison (E4 style): speedup against threads per method.
         from .analysis.ranking import rank_methods
 
@@ -266,7 +315,7 @@ def cmd_plot(args) -> int:
 
 
 COMMANDS = {"run": cmd_run, "machines": cmd_machines, "sweep": cmd_sweep, "fit": cmd_fit, "rank": cmd_rank,
-            "plot": cmd_plot}
+            "breakdown": cmd_breakdown, "plot": cmd_plot}
 
 
 if __name__ == "__main__":

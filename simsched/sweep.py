@@ -24,10 +24,11 @@ from .errors import SimschedError
 from .spec import format_spec, parse_spec
 
 AXES = ("machine", "scheduler", "threads", "workload", "seed", "repeat")
-_SECTIONS = {"experiment", "grid", "fit", "rank"}
+_SECTIONS = {"experiment", "grid", "fit", "rank", "breakdown"}
 _EXPERIMENT_KEYS = {"name", "description"}
 _FIT_KEYS = {"published_d_us", "threads", "source"}
 _RANK_KEYS = {"baseline", "baseline_threads", "threads", "highlight", "published"}
+_BREAKDOWN_KEYS = {"baseline", "published", "source"}
 
 
 @dataclass
@@ -41,6 +42,7 @@ class Experiment:
     source: str = ""
     path: Path | None = None
     rank: dict[str, Any] | None = None
+    breakdown: dict[str, Any] | None = None
 
 
 def load_experiment(path: str | Path) -> Experiment:
@@ -85,7 +87,8 @@ def parse_experiment(data: dict[str, Any], source: str = "<config>", path: Path 
     return Experiment(name=name.strip(), description=str(meta.get("description", "")), points=points,
                       published_d_us={k: float(v) for k, v in published.items()},
                       source=str(fit.get("source", "")), path=path,
-                      rank=_rank_section(data.get("rank"), source))
+                      rank=_rank_section(data.get("rank"), source),
+                      breakdown=_breakdown_section(data.get("breakdown"), source))
 
 
 def _rank_section(rank: dict[str, Any] | None, source: str) -> dict[str, Any] | None:
@@ -105,6 +108,18 @@ def _rank_section(rank: dict[str, Any] | None, source: str) -> dict[str, Any] | 
         if key in rank and not isinstance(rank[key], str):
             raise SimschedError(f"{source}: rank.{key} must be a string")
     return {"baseline_threads": 1, **rank}
+
+
+def _breakdown_section(section: dict[str, Any] | None, source: str) -> dict[str, Any] | None:
+    """Validate the optional [breakdown] section: normalized time by category, against one worker of ``baseline``."""
+    if section is None:
+        return None
+    for key, value in section.items():
+        if key not in _BREAKDOWN_KEYS:
+            raise SimschedError(f"{source}: unknown key breakdown.{key}")
+        if not isinstance(value, str):
+            raise SimschedError(f"{source}: breakdown.{key} must be a string")
+    return {"baseline": "lbs", **section}
 
 
 def _values(key: str, value: Any, source: str) -> list[Any]:

@@ -144,7 +144,9 @@ class LoopTasks(Scheduler):
         self.pool_lock = sim.memory.line("pool.lock", 0, home=0)
         self.is_idle = [True] * threads
         self.running: list[Run | None] = [None] * threads
-        self.inbox: list[Task | None] = [None] * threads   # work signalled to a worker directly
+        # Tasks handed to a worker directly (a DMA into its local store and a signal), not through
+        # its queue, so no thief can take them first: (task, when it arrives).
+        self.inbox: list[list[tuple[Task, float]]] = [[] for _ in range(threads)]
         # A change to a worker's queue between its last check and its next run: when it becomes visible.
         self.unseen: list[float | None] = [None] * threads
         self.finished = False
@@ -203,9 +205,11 @@ class LoopTasks(Scheduler):
     def find_work(self, sim, w: int):
         """A task handed to ``w`` or from its own queue, else one steal attempt: the task or None."""
         t = sim.env.now
-        task = self.inbox[w]
-        if task is not None:
-            self.inbox[w] = None
+        if self.inbox[w]:
+            task, arrives = self.inbox[w].pop(0)
+            if arrives > t:
+                yield sim.wait(w, "steal", arrives)
+                t = arrives
         else:
             task, t = self.pop(sim, w, t)
             if task is None and self.pool:
@@ -368,7 +372,7 @@ class LoopTasks(Scheduler):
     def futile(self, w: int) -> bool:
         """Whether every probe ``w`` could make fails with no effect: nothing public anywhere, all marks made."""
         joining = self.awaiting[w]
-        if self.pool or self.finished or (joining is not None and not joining.remaining) \
+        if self.pool or self.finished or self.inbox[w] or (joining is not None and not joining.remaining) \
                 or any(queue.n_public for queue in self.queues):
             return False
         if self.strategy in ("adapt-l", "distrib"):
@@ -407,6 +411,13 @@ class LoopTasks(Scheduler):
             done = min(int(np.searchsorted(ends, now)) + 1, ends.size)
             sim.counters["steal_attempts"] += done
             t = float(ends[done - 1])
+        return t
+
+    def hand(self, sim, u: int, task: Task, t: float) -> float:
+        """Hand ``task`` to worker ``u`` directly at ``t``: a DMA of its descriptor, then a signal."""
+        t += sim.machine.memory_ns.get("dma_local_store", 0.0) + sim.costs["store"]
+        self.inbox[u].append((task, t))
+        self.signal(sim, t)
         return t
 
     def signal(self, sim, t: float) -> None:
@@ -654,11 +665,17 @@ class Distributed(LoopTasks):
         queue.period += 1
         self.signal(sim, sim.env.now)
         yield sim.wait(w, "split", t)
+        # Every other worker gets its even share as its own task; w keeps the first share.
         n = sim.loops[join.loop].n
-        for u in list(range(threads))[::-1]:   # the own part last, so it is the one popped first
-            lo, hi = block(n, threads, u)
+        for k in range(1, threads):
+            u = (w + k) % threads
+            lo, hi = block(n, threads, k)
             if hi > lo:
-                yield from self.create(sim, w, u, Task(LOOP, join.loop, lo, hi, join))
+                t = self.hand(sim, u, Task(LOOP, join.loop, lo, hi, join), t + sim.costs["task_create"])
+                sim.counters["tasks_created"] += 1
+        yield sim.wait(w, "create", t)
+        lo, hi = block(n, threads, 0)
+        yield from self.execute(sim, w, Task(LOOP, join.loop, lo, hi, join))
 
 
 class Offload(LoopTasks):
@@ -675,15 +692,14 @@ class Offload(LoopTasks):
         return max(1, sim.threads // 2)
 
     def run_loop(self, sim, w: int, index: int):
-        # Each creator gets its share of iterations by a signal (one small DMA), not through a queue.
+        # Each creator is handed its share of iterations directly.
         join = Join(sim, index, w)
         n, creators = sim.loops[index].n, self.creators(sim)
         t = sim.env.now + sim.costs["loop_setup"]
         for c in range(creators):
             lo, hi = block(n, creators, c)
             if hi > lo:
-                t += sim.costs["store"]
-                self.inbox[c] = Task(CREATE, index, lo, hi, join)
+                t = self.hand(sim, c, Task(CREATE, index, lo, hi, join), t)
         started, self.started = self.started, sim.env.event()
         fire_at(sim.env, started, t)
         yield sim.wait(w, "create", t)
@@ -702,7 +718,7 @@ class Offload(LoopTasks):
             yield from super().worker(sim, w)
             return
         while not self.finished:
-            if self.inbox[w] is None:
+            if not self.inbox[w]:
                 sim.begin(w, "steal")
                 yield self.started
                 sim.end(w)
@@ -715,8 +731,9 @@ class Offload(LoopTasks):
         yield from self.help_until_done(sim, w, join)
 
     def create_share(self, sim, w: int):
-        task, self.inbox[w] = self.inbox[w], None
-        if task is not None:
+        if self.inbox[w]:
+            task, arrives = self.inbox[w].pop(0)
+            yield sim.wait(w, "steal", arrives)
             yield from self.create_singles(sim, w, task)
 
 

@@ -1,4 +1,4 @@
-"""Simulator speed: our event rate next to bare SimPy's, measured in the same run, and the E1 sweep's wall time.
+"""Simulator speed: our event rate next to bare SimPy's (same run), the 1M-iteration LBS loop, the E1 sweep.
 
 Run:  python benchmarks/bench_speed.py
 Prints each figure; nothing here is a pass/fail test (these machines are noisy).
@@ -70,6 +70,12 @@ def main() -> None:
     print(f"  simsched event rate   {ours:12,.0f} events/s")
     print(f"  bare SimPy event rate {bare:12,.0f} events/s")
     print(f"  ratio                 {ours / bare:12.2f}")
+
+    start = time.perf_counter()
+    result = simsched.simulate("cell-qs22", "lbs", "uforall:n=1000000,cost_ns=1000", 16)
+    wall = time.perf_counter() - start
+    print(f"lbs on cell-qs22, 16 SPEs, 1,000,000 iterations of 1 us: {result.events} events, "
+          f"{result.counters['splits']} splits, in {wall:.2f} s (target < 10 s)")
 
     experiment = load_experiment(ROOT / "experiments" / "e1-burden-xeon-e7.toml")
     start = time.perf_counter()

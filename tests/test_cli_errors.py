@@ -142,6 +142,7 @@ CASES: dict[str, Case] = {
                                          "grid.machine"),
     "sweep/bad-published-d": sweep_case(GOOD_EXPERIMENT + "\n[fit]\npublished_d_us = { omp-static = -1 }\n",
                                         "published_d_us.omp-static"),
+    "sweep/bad-breakdown-key": sweep_case(GOOD_EXPERIMENT + "\n[breakdown]\nbaselin = 'lbs'\n", "breakdown.baselin"),
     "sweep/missing-config": Case(["sweep", "{dir}/absent.toml", "--out", "{dir}/out"], ("absent.toml",)),
     "sweep/out-is-a-file": Case(["sweep", "{dir}/experiment.toml", "--out", "{dir}/taken", "--jobs", "1"],
                                 ("taken",), {"experiment.toml": GOOD_EXPERIMENT, "taken": "not a folder"}),

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import SimschedError
+from .burden import succeeded
 
 # Result states summed into each published category.
 CATEGORIES = {
@@ -39,7 +40,7 @@ def breakdown_table(results: pd.DataFrame, baseline: str = "lbs") -> pd.DataFram
 
     Means are over seeds; ``serialized_pct`` is iterations_serialized over all iterations.
     """
-    ok = results[results["error"].fillna("") == ""] if "error" in results else results
+    ok = results[succeeded(results)]
     if ok.empty:
         raise SimschedError("no successful runs to break down")
     missing = [f"state_{s}_ns" for states in CATEGORIES.values() for s in states
@@ -82,11 +83,11 @@ def format_breakdown(table: pd.DataFrame) -> str:
     for workload, rows in table.groupby("workload", sort=False):
         lines.append(f"{workload} ({rows['machine'].iloc[0]}, {int(rows['threads'].iloc[0])} workers, "
                      f"{int(rows['seeds'].iloc[0])} seed(s)); time normalized to one worker")
-        lines.append(f"  {'scheduler':<18} {'norm':>6} {'comp':>6} {'search':>7} {'split':>6} {'create':>7} "
+        lines.append(f"  {'scheduler':<18} {'norm':>7} {'comp':>6} {'search':>7} {'split':>6} {'create':>7} "
                      f"{'sched':>6} {'tasks':>9} {'serial%':>8} {'steals':>8} {'attempts':>10}")
         for row in rows.itertuples(index=False):
-            lines.append(f"  {row.scheduler:<18} {row.normalized:6.3f} {row.computing:6.3f} {row.searching:7.3f} "
-                         f"{row.splitting:6.3f} {row.creating:7.3f} {row.scheduling:6.3f} "
+            lines.append(f"  {row.scheduler:<18} {row.normalized:7.4f} {row.computing:6.3f} {row.searching:7.4f} "
+                         f"{row.splitting:6.4f} {row.creating:7.4f} {row.scheduling:6.4f} "
                          f"{row.tasks_created:9.0f} {row.serialized_pct:8.2f} {row.steals:8.0f} "
                          f"{row.steal_attempts:10.0f}")
     return "\n".join(lines)

@@ -11,14 +11,20 @@ from .amdahl import fit_burden
 KEYS = ["machine", "scheduler", "threads"]
 
 
+def succeeded(results: pd.DataFrame) -> pd.Series:
+    """Which rows of a results table ran without error (an empty or missing ``error``)."""
+    if "error" not in results.columns:
+        return pd.Series(True, index=results.index)
+    return results["error"].isna() | (results["error"].astype(str) == "")
+
+
 def numeric(results: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     """``results`` with ``columns`` as numbers (empty cells become NaN); a column of text is an error."""
     results = results.copy()
     for column in columns:
         converted = pd.to_numeric(results[column].replace("", np.nan), errors="coerce")
         bad = converted.isna() & results[column].notna() & (results[column].astype(str) != "")
-        if "error" in results.columns:
-            bad &= results["error"].fillna("").astype(str) == ""
+        bad &= succeeded(results)
         if bad.any():
             raise SimschedError(f"results column {column!r} holds a non-number: {results[column][bad].iloc[0]!r}")
         results[column] = converted
@@ -38,9 +44,7 @@ def burden_table(results: pd.DataFrame, published: dict[str, float] | None = Non
         raise SimschedError(f"results table lacks column {missing[0]!r}: is it a sweep's results?")
     results = numeric(results, ["threads", "sequential_ns", "speedup"] +
                       (["repeat"] if "repeat" in results.columns else []))
-    ok = results
-    if "error" in results.columns:
-        ok = results[results["error"].fillna("").astype(str) == ""]
+    ok = results[succeeded(results)]
     if ok.empty:
         raise SimschedError("no successful runs to fit")
     ok = ok.assign(t_us=loop_durations_us(ok))

@@ -8,7 +8,7 @@ import pandas as pd
 
 from ..errors import SimschedError
 from .amdahl import amdahl_speedup
-from .burden import burden_table, loop_durations_us
+from .burden import burden_table, loop_durations_us, succeeded
 
 
 def plot_speedup(results: pd.DataFrame, out: str | Path | None = None, ax=None, fitted: bool = True):
@@ -19,7 +19,7 @@ def plot_speedup(results: pd.DataFrame, out: str | Path | None = None, ax=None, 
         matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ok = results[results["error"].fillna("").astype(str) == ""] if "error" in results else results
+    ok = results[succeeded(results)]
     if ok.empty:
         raise SimschedError("no successful runs to plot")
     ok = ok.assign(t_us=loop_durations_us(ok))

@@ -12,7 +12,7 @@ import pandas as pd
 
 from ..errors import SimschedError
 from ..spec import parse_spec
-from .burden import numeric
+from .burden import numeric, succeeded
 
 
 def method_of(scheduler: str) -> str:
@@ -33,7 +33,7 @@ def rank_methods(results: pd.DataFrame, baseline: str, baseline_threads: int = 1
     if missing:
         raise SimschedError(f"results table lacks column {missing[0]!r}: is it a sweep's results?")
     results = numeric(results, ["threads", "makespan_ns"])
-    ok = results[results["error"].fillna("").astype(str) == ""] if "error" in results else results
+    ok = results[succeeded(results)]
     base = ok[(ok["scheduler"] == baseline) & (ok["threads"] == baseline_threads)]
     if base.empty:
         raise SimschedError(f"no successful {baseline} run on {baseline_threads} thread(s) to compare against")

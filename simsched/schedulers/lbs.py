@@ -152,7 +152,10 @@ class LoopTasks(Scheduler):
         self.finished = False
         self.done = sim.env.event()
         # Local stores are not coherent: a thief DMAs a victim's header on every probe.
-        self.probe = sim.memory.peek if "dma_local_store" in sim.machine.memory_ns else sim.memory.read
+        memory_ns = sim.machine.memory_ns
+        self.probe = sim.memory.peek if "dma_local_store" in memory_ns else sim.memory.read
+        self.dma_local_ns = memory_ns.get("dma_local_store", 0.0)   # descriptors to or from another worker
+        self.dma_memory_ns = memory_ns.get("dma_memory", 0.0)      # a block to or from main memory
         # Thieves whose probes cannot succeed wait for ``changed`` instead of probing (see ``steal``).
         self.changed = sim.env.event()
         self.waiting = 0
@@ -247,7 +250,7 @@ class LoopTasks(Scheduler):
             def add(t):
                 queue.public.append(task)
                 queue.n_public += task.size
-                return t if owner == w else t + sim.machine.memory_ns.get("dma_local_store", 0.0)
+                return t if owner == w else t + self.dma_local_ns
             return self.locked(sim, w, owner, t, add)
         queue.private.append(task)
         queue.n_private += task.size
@@ -279,13 +282,14 @@ class LoopTasks(Scheduler):
             queue.n_private -= task.size
             t += sim.costs["store"]
         elif queue.n_public:
+            popped = []
+
             def remove(t):
-                nonlocal task
-                task = queue.public.pop()
-                queue.n_public -= task.size
+                popped.append(queue.public.pop())
+                queue.n_public -= popped[0].size
                 return t
-            task = None
             t = self.locked(sim, w, w, t, remove)
+            task = popped[0]
         else:
             return None, t
         if queue.n_public == 0:
@@ -318,7 +322,7 @@ class LoopTasks(Scheduler):
         _, t = mem.exchange(self.pool_lock, w, 1, at=t)
         change()
         sim.counters["swaps"] += 1
-        t += sim.machine.memory_ns.get("dma_memory", 0.0)
+        t += self.dma_memory_ns
         if self.pool:
             self.signal(sim, t)
         return mem.store(self.pool_lock, w, 0, at=t)
@@ -348,7 +352,7 @@ class LoopTasks(Scheduler):
         def grab(t):
             stolen.extend(take(queue.public, (queue.n_public + 1) // 2, from_left=True))
             queue.n_public -= sum(task.size for task in stolen)
-            return t + sim.machine.memory_ns.get("dma_local_store", 0.0)
+            return t + self.dma_local_ns
         t = self.locked(sim, w, victim, t, grab)
         sim.counters["steals"] += 1
         if queue.n_public == 0:
@@ -415,7 +419,7 @@ class LoopTasks(Scheduler):
 
     def hand(self, sim, u: int, task: Task, t: float) -> float:
         """Hand ``task`` to worker ``u`` directly at ``t``: a DMA of its descriptor, then a signal."""
-        t += sim.machine.memory_ns.get("dma_local_store", 0.0) + sim.costs["store"]
+        t += self.dma_local_ns + sim.costs["store"]
         self.inbox[u].append((task, t))
         self.signal(sim, t)
         return t

@@ -387,8 +387,9 @@ class LoopTasks(Scheduler):
     def wait_for_change(self, sim, w: int):
         """Skip probes that must fail: wait for a change, then account the probes made meanwhile.
 
-        The skipped probes are replayed without events (same victims drawn, same costs), so
-        the thief resumes exactly where probing would have left it when the change came.
+        The skipped probes are replayed without events (victims drawn from the run's generator,
+        each probe costing what it would have), so the thief resumes probing where it would
+        have been when the change came, and ``steal_attempts`` counts every probe.
         """
         since = sim.env.now
         self.waiting += 1

@@ -219,7 +219,7 @@ class Machine:
         lines = [f"{self.name}: {self.description}".rstrip(": "),
                  f"  topology: {t['sockets']} socket(s) x {t['cores_per_socket']} cores"
                  f" x {t.get('threads_per_core', 1)} thread(s), socket links: {_links_text(t)}",
-                 f"  clock: " + ", ".join(f"{k} {v}" for k, v in self.data["clock"].items())]
+                 "  clock: " + ", ".join(f"{k} {v}" for k, v in self.data["clock"].items())]
         lat = self.latency
         if self.cores > 1:
             same = [lat[a, b] for a in range(self.cores) for b in range(self.cores)

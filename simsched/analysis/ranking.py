@@ -7,7 +7,6 @@ paper's comparison (speedup = baseline time / best time over the method's parame
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from ..errors import SimschedError

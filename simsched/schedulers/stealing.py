@@ -19,7 +19,7 @@ from collections import deque
 
 from ..memory import fire_at
 from ..spec import Param
-from .base import STEALING_COUNTERS, Scheduler, block
+from .base import STEALING_COUNTERS, Scheduler
 
 RANGE = "range"  # deque item (RANGE, lo, hi, frame): iterations [lo, hi) of frame's loop
 

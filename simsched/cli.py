@@ -1,4 +1,4 @@
-"""The ``simsched`` command line: run, machines, sweep, fit, rank, breakdown and plot."""
+"""The ``simsched`` command line: run, machines, sweep, fit, rank, breakdown, plot and native."""
 
 from __future__ import annotations
 
@@ -74,6 +74,22 @@ def build_parser() -> argparse.ArgumentParser:
                                        "bars) from sweep results")
     plot.add_argument("results", help="results table (CSV/Parquet) or a sweep's output folder")
     plot.add_argument("--out", help="image file (default: speedup.png beside the results)")
+    native = sub.add_parser("native", help="run schedulers on this machine's threads, or measure this machine")
+    native_sub = native.add_subparsers(dest="native_command", metavar="NATIVE_COMMAND", parser_class=_Parser)
+    native_run = native_sub.add_parser("run", help="run one loop on pinned threads of this machine")
+    native_run.add_argument("--scheduler", required=True, help="scheduler spec (the natively implemented ones)")
+    native_run.add_argument("--threads", required=True, type=_integer, help="number of threads (<= CPUs)")
+    native_run.add_argument("--workload", required=True, help="workload spec")
+    native_run.add_argument("--seed", type=_integer, default=0, help="seed of the workload's costs")
+    native_run.add_argument("--repeat", type=_integer, default=1,
+                            help="run the loop this many times; report the median and its spread")
+    native_run.add_argument("--timeout", type=float, default=60.0, help="stop the threads after this many s")
+    native_run.add_argument("--json", action="store_true", help="print one JSON object")
+    native_run.add_argument("--chunks", metavar="FILE.csv", help="write the measured chunk table")
+    native_cal = native_sub.add_parser("calibrate", help="measure this machine into a machine file")
+    native_cal.add_argument("--out", default="machines/host.toml", help="machine file (default machines/host.toml)")
+    native_cal.add_argument("--threads", type=_integer, help="CPUs to measure (default: all available)")
+    native_cal.add_argument("--rounds", type=_integer, default=20000, help="ping-pong round trips per core pair")
     return parser
 
 
@@ -116,18 +132,9 @@ def cmd_run(args) -> int:
     scheduler = get_scheduler(args.scheduler)
     workload = get_workload(args.workload)
     machine.check_threads(args.threads)  # before --chunks is checked: the likelier mistake first
-    if args.chunks:
-        chunks = Path(args.chunks)
-        if chunks.is_dir():
-            raise SimschedError(f"--chunks: {chunks} is a folder, not a file")
-        if not chunks.parent.exists():
-            raise SimschedError(f"--chunks: folder {chunks.parent} does not exist")
+    chunks = _chunks_path(args.chunks)
     result = simulate(machine, scheduler, workload, args.threads, seed=args.seed, repeat=args.repeat)
-    if args.chunks:
-        try:
-            result.chunks.to_csv(args.chunks, index=False)
-        except OSError as exc:
-            raise SimschedError(f"--chunks: cannot write {args.chunks}: {exc.strerror or exc}") from None
+    _write_chunks(result, chunks)
     if args.json:
         print(json.dumps(result.to_dict()))
     else:
@@ -269,6 +276,62 @@ def _section(results_path: Path, name: str) -> dict | None:
     return getattr(load_experiment(config), name) if config.is_file() else None
 
 
+def _chunks_path(path: str | None) -> Path | None:
+    """Check a --chunks FILE.csv argument before any work is done."""
+    if not path:
+        return None
+    chunks = Path(path)
+    if chunks.is_dir():
+        raise SimschedError(f"--chunks: {chunks} is a folder, not a file")
+    if not chunks.parent.exists():
+        raise SimschedError(f"--chunks: folder {chunks.parent} does not exist")
+    return chunks
+
+
+def _write_chunks(result, chunks: Path | None) -> None:
+    if chunks is not None:
+        try:
+            result.chunks.to_csv(chunks, index=False)
+        except OSError as exc:
+            raise SimschedError(f"--chunks: cannot write {chunks}: {exc.strerror or exc}") from None
+
+
+def cmd_native(args) -> int:
+    from . import native
+
+    if args.native_command is None:
+        raise SimschedError("native needs a command: run or calibrate")
+    native.require()
+    if args.native_command == "calibrate":
+        from .native.calibrate import calibrate
+
+        command = "simsched native calibrate " + " ".join(sys.argv[3:]) if len(sys.argv) > 3 else \
+            "simsched native calibrate"
+        out = calibrate(args.out, args.threads, args.rounds, command=command.strip(),
+                        progress=lambda line: print(line, file=sys.stderr))
+        print(out)
+        return 0
+    from .schedulers import get_scheduler
+    from .workloads import get_workload
+
+    native.native_config(get_scheduler(args.scheduler))
+    get_workload(args.workload)
+    native.check_threads(args.threads)
+    chunks = _chunks_path(args.chunks)
+    result = native.run(args.scheduler, args.workload, args.threads, seed=args.seed, repeat=args.repeat,
+                        timeout_s=args.timeout)
+    _write_chunks(result, chunks)
+    if args.json:
+        print(json.dumps({**result.to_dict(), **native.summary(result)}))
+    else:
+        figures = native.summary(result)
+        print(result.summary())
+        spread = figures["makespan_spread_ns"]
+        print(f"  median loop  {figures['makespan_ns'] / 1e3:14.3f} us  (min {spread['min'] / 1e3:.3f}, "
+              f"max {spread['max'] / 1e3:.3f} us over {result.repeat} loop(s))")
+    return 0
+
+
 def cmd_breakdown(args) -> int:
     from .analysis.breakdown import breakdown_table, format_breakdown
     from .sweep import read_table
@@ -315,7 +378,7 @@ def cmd_plot(args) -> int:
 
 
 COMMANDS = {"run": cmd_run, "machines": cmd_machines, "sweep": cmd_sweep, "fit": cmd_fit, "rank": cmd_rank,
-            "breakdown": cmd_breakdown, "plot": cmd_plot}
+            "breakdown": cmd_breakdown, "plot": cmd_plot, "native": cmd_native}
 
 
 if __name__ == "__main__":

@@ -158,7 +158,7 @@ class Simulation:
         table = np.array(self._chunks, dtype=float).reshape(-1, len(CHUNK_COLUMNS))
         chunks = pd.DataFrame({name: table[:, i].astype(np.int64) if i < 4 else table[:, i]
                                for i, name in enumerate(CHUNK_COLUMNS)})
-        self._verify(chunks, scheduler.spec)
+        verify_exactly_once(chunks, [loop.n for loop in self.loops], scheduler.spec)
         sequential = sum(loop.total for loop in self.loops)
         ends = [self.loop_end[index] for index in self.program]
         return Result(
@@ -176,24 +176,25 @@ class Simulation:
             events=next(env._eid),  # SimPy numbers every scheduled event
         )
 
-    def _verify(self, chunks: pd.DataFrame, scheduler: str) -> None:
-        """Raise unless every iteration of every loop ran exactly once."""
-        for index, loop in enumerate(self.loops):
-            rows = chunks[chunks["loop"] == index]
-            runs = np.zeros(loop.n + 1, dtype=np.int64)
-            lo = rows["lo"].to_numpy()
-            hi = rows["hi"].to_numpy()
-            if len(rows) and (lo.min() < 0 or hi.max() > loop.n):
-                raise ExecutionError(f"loop {index}: a chunk lies outside [0, {loop.n})")
-            np.add.at(runs, lo, 1)
-            np.add.at(runs, hi, -1)
-            counts = np.cumsum(runs)[:-1]
-            bad = np.flatnonzero(counts != 1)
-            if bad.size:
-                i = int(bad[0])
-                raise ExecutionError(
-                    f"loop {index}: iteration {i} ran {int(counts[i])} times under {scheduler}"
-                    f" ({bad.size} iteration(s) wrong)")
+
+def verify_exactly_once(chunks: pd.DataFrame, sizes: Sequence[int], scheduler: str) -> None:
+    """Raise unless every iteration of loop i (of ``sizes[i]`` iterations) ran exactly once in ``chunks``."""
+    for index, n in enumerate(sizes):
+        rows = chunks[chunks["loop"] == index]
+        runs = np.zeros(n + 1, dtype=np.int64)
+        lo = rows["lo"].to_numpy()
+        hi = rows["hi"].to_numpy()
+        if len(rows) and (lo.min() < 0 or hi.max() > n):
+            raise ExecutionError(f"loop {index}: a chunk lies outside [0, {n})")
+        np.add.at(runs, lo, 1)
+        np.add.at(runs, hi, -1)
+        counts = np.cumsum(runs)[:-1]
+        bad = np.flatnonzero(counts != 1)
+        if bad.size:
+            i = int(bad[0])
+            raise ExecutionError(
+                f"loop {index}: iteration {i} ran {int(counts[i])} times under {scheduler}"
+                f" ({bad.size} iteration(s) wrong)")
 
 
 def simulate(machine, scheduler, workload, threads: int, seed: int = 0, repeat: int = 1, **params) -> Result:

@@ -1,0 +1,141 @@
+"""Native mode: the scheduler algorithms on pinned threads of this machine (a C extension, optional).
+
+``run`` executes a loop program on real threads and returns a :class:`~simsched.result.Result`
+of the same shape as a simulated one; ``calibrate`` measures this machine into a machine
+file the simulator can load. Without the compiled extension the simulator works as
+before and every native entry point says, in one line, that native mode is not built.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from ..engine import STATES, verify_exactly_once
+from ..errors import SimschedError
+from ..result import CHUNK_COLUMNS, Result
+
+try:
+    from . import _native
+except ImportError:  # built without a C compiler: the simulator works, native mode says it is missing
+    _native = None
+
+# Registry name -> (how iterations are shared, full barrier at the fork, full barrier at the join,
+# the barrier kind when the scheduler has no ``barrier`` parameter).
+NATIVE = {
+    "omp-static": ("static", True, True, None),
+    "fg-tree": ("static", False, False, "tree"),
+    "fg-central": ("static", False, False, "central"),
+    "fg-tree-full": ("static", True, True, "tree"),
+    "omp-dynamic": ("dynamic", True, True, None),
+    "omp-guided": ("guided", True, True, None),
+    "stealing": ("stealing", True, True, None),
+}
+DEFAULT_TIMEOUT_S = 60.0
+
+
+def available() -> bool:
+    """Whether the native runtime was built."""
+    return _native is not None
+
+
+def require() -> None:
+    """Raise a one-line error unless the native runtime was built."""
+    if _native is None:
+        raise SimschedError("native mode is not built: reinstall simsched on a machine with a C compiler "
+                            "(pip install .)")
+
+
+def cores() -> list[int]:
+    """The CPUs this process may run on."""
+    return sorted(os.sched_getaffinity(0))
+
+
+def check_threads(threads: int) -> list[int]:
+    """The CPUs for ``threads`` workers; refuses more workers than CPUs (oversubscribed spinning is meaningless)."""
+    cpus = cores()
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        raise SimschedError(f"threads must be an integer >= 1, got {threads!r}")
+    if threads > len(cpus):
+        raise SimschedError(f"threads={threads} exceeds the {len(cpus)} CPU(s) available here: spinning threads "
+                            "must not share a CPU")
+    return cpus[:threads]
+
+
+def native_config(scheduler) -> tuple[str, str, bool, bool, int]:
+    """How the native runtime runs ``scheduler``: (share, barrier, fork full, join full, chunk)."""
+    share, fork_full, join_full, barrier = NATIVE.get(scheduler.name, (None,) * 4)
+    if share is None:
+        raise SimschedError(f"native mode runs {', '.join(NATIVE)}; not {scheduler.name}")
+    if barrier is None:
+        # The native runtime has one tree barrier: the simulator's tree-shaped kinds all map to it.
+        kind = scheduler.params.get("barrier", "tree")
+        if kind == "dissemination":
+            raise SimschedError("native mode has central and tree barriers, not dissemination")
+        barrier = "central" if kind == "central" else "tree"
+    chunk = int(scheduler.params.get("chunk", 0) or 0)
+    return share, barrier, fork_full, join_full, chunk
+
+
+def run(scheduler, workload, threads: int, seed: int = 0, repeat: int = 1,
+        timeout_s: float = DEFAULT_TIMEOUT_S) -> Result:
+    """Run ``workload`` ``repeat`` times back to back on ``threads`` pinned threads under ``scheduler``."""
+    from ..schedulers import get_scheduler
+    from ..workloads import get_workload
+
+    require()
+    sched = get_scheduler(scheduler)
+    share, barrier, fork_full, join_full, chunk = native_config(sched)
+    cpus = check_threads(threads)
+    if isinstance(repeat, bool) or not isinstance(repeat, (int, np.integer)) or repeat < 1:
+        raise SimschedError(f"repeat must be an integer >= 1, got {repeat!r}")
+    if not timeout_s > 0:
+        raise SimschedError(f"timeout must be > 0 s, got {timeout_s!r}")
+    spec = get_workload(workload)
+    costs = np.ascontiguousarray(spec.costs(np.random.default_rng(seed)), dtype=np.float64)
+    if costs.size >= 2**31:
+        raise SimschedError("native mode runs loops of fewer than 2**31 iterations")
+    try:
+        trace = _native.run(costs.tobytes(), int(repeat), list(cpus), share, barrier, fork_full, join_full,
+                            chunk, float(timeout_s))
+    except TimeoutError as exc:  # the watchdog stopped the threads
+        raise SimschedError(f"{exc} (raise --timeout for longer loops)") from None
+    if not trace["pinned"]:
+        warnings.warn("the threads could not be pinned to CPUs; they ran unpinned", RuntimeWarning, stacklevel=2)
+    return _result(trace, sched.spec, spec.spec, threads, seed, costs, int(repeat))
+
+
+def _result(trace, scheduler: str, workload: str, threads: int, seed: int, costs, repeat: int) -> Result:
+    """A Result from the extension's trace, checked for exactly-once execution."""
+    records = np.frombuffer(trace["chunks"], dtype=[("loop", "<i8"), ("lo", "<i8"), ("hi", "<i8"),
+                                                     ("start", "<f8"), ("end", "<f8")])
+    workers = np.frombuffer(trace["workers"], dtype="<i8")
+    chunks = pd.DataFrame({"worker": workers, **{name: records[name] for name in CHUNK_COLUMNS[1:]}})
+    chunks = chunks.sort_values(["start", "worker"], kind="stable").reset_index(drop=True)
+    verify_exactly_once(chunks, [costs.size] * repeat, scheduler)
+    ends = [float(x) for x in trace["loop_end"]]
+    makespan = ends[-1]
+    measured = np.frombuffer(trace["state"], dtype="<f8").reshape(threads, 3)
+    state = {name: np.zeros(threads) for name in STATES}
+    state["compute"], state["schedule"], state["sync"] = (measured[:, 0].copy(), measured[:, 1].copy(),
+                                                          measured[:, 2].copy())
+    busy = state["compute"] + state["schedule"] + state["sync"]
+    state["idle"] = np.maximum(makespan - busy, 0.0)
+    return Result(machine="host", scheduler=scheduler, workload=workload, threads=threads, seed=seed,
+                  makespan_ns=makespan, sequential_ns=float(costs.sum()) * repeat, state_ns=state, chunks=chunks,
+                  counters=dict(sorted(trace["counters"].items())),
+                  loop_ns=[float(x) for x in np.diff([0.0] + ends)],
+                  events=0, repeat=repeat)
+
+
+def summary(result: Result) -> dict:
+    """The median loop time over a native run's repeated loops and its spread (the first loop included)."""
+    times = np.asarray(result.loop_ns, dtype=float)
+    q1, median, q3 = np.percentile(times, [25, 50, 75])
+    return {"makespan_ns": float(median),
+            "makespan_spread_ns": {"min": float(times.min()), "q1": float(q1), "q3": float(q3),
+                                   "max": float(times.max())},
+            "total_ns": result.makespan_ns}

@@ -1,0 +1,638 @@
+/* Native mode: the scheduler algorithms on pinned pthreads of the host, and the probes that calibrate it.
+ *
+ * A run executes a program of identical loops on P threads (thread 0 is the master). Each
+ * iteration is a busy-wait of its cost in ns against CLOCK_MONOTONIC, so a chunk takes the
+ * sum of its costs. Every shared word (barrier flags and counters, claim counters, ranges)
+ * sits on its own cache line. Waits spin; every spin checks an abort flag that the calling
+ * thread raises when the run passes its time bound, so a run can never hang the process.
+ *
+ * The trace has the shape of a simulated Result: one record per chunk (worker, loop, lo,
+ * hi, start, end in ns since the run began), per-worker compute / schedule / sync time,
+ * counters, and each loop's end time. Executions per iteration are counted from the
+ * records after the run.
+ */
+#define _GNU_SOURCE
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define LINE 128
+
+typedef struct { _Alignas(LINE) atomic_long v; } padded;
+
+static inline double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* ---- runs ------------------------------------------------------------------------------ */
+
+enum { SHARE_STATIC, SHARE_DYNAMIC, SHARE_GUIDED, SHARE_STEALING };
+enum { BARRIER_CENTRAL, BARRIER_TREE };
+
+typedef struct { int64_t loop, lo, hi; double start, end; } chunk_rec;
+
+typedef struct {
+    chunk_rec *recs;
+    size_t count, cap;
+    double compute, schedule, sync;
+    long chunks, claims, failed_claims, steals, steal_attempts;
+    int out_of_memory;
+    /* Barrier episodes this worker has been through (all workers go through the same ones). */
+    long arrive_epoch, release_epoch;
+    int sense;
+} worker_state;
+
+typedef struct run run_t;
+
+typedef struct { run_t *run; int w; } worker_arg;
+
+struct run {
+    int threads, loops, n, share, barrier, fork_full, join_full, chunk;
+    const double *costs;
+    double t0;
+    double *loop_end;
+    worker_state *ws;
+    atomic_int abort_flag, finished;
+    padded next;                /* dynamic / guided claim counter */
+    padded *ranges;             /* stealing: per-worker [lo, hi) packed as lo << 32 | hi */
+    padded *arrived, *released; /* tree barrier flags, one line per worker */
+    padded count, sense;        /* central full barrier */
+    padded go, done;            /* central half-barriers */
+    long barrier_phases;
+};
+
+#define CHECK_ABORT(r) do { if (atomic_load_explicit(&(r)->abort_flag, memory_order_relaxed)) pthread_exit(NULL); } while (0)
+
+static void spin_until_at_least(run_t *r, atomic_long *word, long value)
+{
+    while (atomic_load_explicit(word, memory_order_acquire) < value) {
+        CHECK_ABORT(r);
+        cpu_relax();
+    }
+}
+
+static void record(run_t *r, worker_state *s, int loop, long lo, long hi, double start, double end)
+{
+    if (s->count == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 1024;
+        chunk_rec *grown = realloc(s->recs, cap * sizeof *grown);
+        if (!grown) { s->out_of_memory = 1; return; }
+        s->recs = grown;
+        s->cap = cap;
+    }
+    s->recs[s->count++] = (chunk_rec){loop, lo, hi, start - r->t0, end - r->t0};
+    s->compute += end - start;
+    s->chunks++;
+}
+
+/* Run iterations [lo, hi): each busy-waits its cost; deadlines accumulate, so the chunk
+ * takes the sum of its costs however long one clock read is. */
+static void run_chunk(run_t *r, worker_state *s, int loop, long lo, long hi)
+{
+    double start = now_ns(), deadline = start;
+    for (long i = lo; i < hi; i++) {
+        double c = r->costs[i];
+        if (c <= 0) continue;
+        deadline += c;
+        while (now_ns() < deadline) CHECK_ABORT(r);
+    }
+    record(r, s, loop, lo, hi, start, now_ns());
+}
+
+/* Tree barriers on a binary heap: children of w are 2w+1 and 2w+2. */
+static void tree_arrive(run_t *r, int w, long epoch)
+{
+    for (int c = 2 * w + 1; c <= 2 * w + 2 && c < r->threads; c++)
+        spin_until_at_least(r, &r->arrived[c].v, epoch);
+    atomic_store_explicit(&r->arrived[w].v, epoch, memory_order_release);
+}
+
+static void tree_release(run_t *r, int w, long epoch)
+{
+    if (w > 0) spin_until_at_least(r, &r->released[(w - 1) / 2].v, epoch);
+    atomic_store_explicit(&r->released[w].v, epoch, memory_order_release);
+}
+
+static void central_full(run_t *r, worker_state *s)
+{
+    int sense = !s->sense;
+    if (atomic_fetch_add(&r->count.v, 1) == r->threads - 1) {
+        atomic_store(&r->count.v, 0);
+        atomic_store_explicit(&r->sense.v, sense, memory_order_release);
+    } else {
+        while (atomic_load_explicit(&r->sense.v, memory_order_acquire) != sense) { CHECK_ABORT(r); cpu_relax(); }
+    }
+    s->sense = sense;
+}
+
+static void full_barrier(run_t *r, int w, worker_state *s)
+{
+    if (r->barrier == BARRIER_CENTRAL) { central_full(r, s); return; }
+    long arrive = ++s->arrive_epoch, release = ++s->release_epoch;
+    tree_arrive(r, w, arrive);
+    tree_release(r, w, release);
+}
+
+/* Half-barriers: the master releases a loop; the workers report its end, only the master waits. */
+static void release_half(run_t *r, int w, worker_state *s, long loop)
+{
+    if (r->barrier == BARRIER_TREE) { tree_release(r, w, ++s->release_epoch); return; }
+    if (w == 0) atomic_store_explicit(&r->go.v, loop + 1, memory_order_release);
+    else spin_until_at_least(r, &r->go.v, loop + 1);
+}
+
+static void join_half(run_t *r, int w, worker_state *s, long loop)
+{
+    if (r->barrier == BARRIER_TREE) { tree_arrive(r, w, ++s->arrive_epoch); return; }
+    if (w == 0) spin_until_at_least(r, &r->done.v, (long)(r->threads - 1) * (loop + 1));
+    else atomic_fetch_add_explicit(&r->done.v, 1, memory_order_release);
+}
+
+static inline uint64_t pack(long lo, long hi) { return ((uint64_t)lo << 32) | (uint64_t)hi; }
+
+static void prepare(run_t *r)
+{
+    atomic_store(&r->next.v, 0);
+    if (r->share == SHARE_STEALING)
+        for (int w = 0; w < r->threads; w++) {
+            long lo = (long)w * r->n / r->threads, hi = (long)(w + 1) * r->n / r->threads;
+            atomic_store(&r->ranges[w].v, (long)pack(lo, hi));
+        }
+}
+
+static int take_own(run_t *r, int w, long *lo, long *hi)
+{
+    atomic_long *range = &r->ranges[w].v;
+    long cur = atomic_load(range);
+    for (;;) {
+        long a = (long)((uint64_t)cur >> 32), b = (long)((uint64_t)cur & 0xffffffffu);
+        if (a >= b) return 0;
+        long take = b - a < r->chunk ? b - a : r->chunk;
+        if (atomic_compare_exchange_weak(range, &cur, (long)pack(a + take, b))) { *lo = a; *hi = a + take; return 1; }
+    }
+}
+
+static int steal_half(run_t *r, worker_state *s, int w, long *lo, long *hi)
+{
+    for (int k = 1; k < r->threads; k++) {
+        int v = (w + k) % r->threads;
+        atomic_long *range = &r->ranges[v].v;
+        long cur = atomic_load(range);
+        s->steal_attempts++;
+        for (;;) {
+            long a = (long)((uint64_t)cur >> 32), b = (long)((uint64_t)cur & 0xffffffffu);
+            if (b - a < 2) break;
+            long half = (b - a) / 2;
+            if (atomic_compare_exchange_weak(range, &cur, (long)pack(a, b - half))) {
+                *lo = b - half; *hi = b;
+                s->steals++;
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+static void share(run_t *r, int w, worker_state *s, int loop)
+{
+    long n = r->n, lo, hi;
+    int P = r->threads;
+    switch (r->share) {
+    case SHARE_STATIC:
+        if (r->chunk <= 0) {
+            lo = (long)w * n / P; hi = (long)(w + 1) * n / P;
+            if (hi > lo) run_chunk(r, s, loop, lo, hi);
+        } else {
+            for (lo = (long)w * r->chunk; lo < n; lo += (long)P * r->chunk)
+                run_chunk(r, s, loop, lo, lo + r->chunk < n ? lo + r->chunk : n);
+        }
+        break;
+    case SHARE_DYNAMIC:
+        for (;;) {
+            lo = atomic_fetch_add(&r->next.v, r->chunk);
+            s->claims++;
+            if (lo >= n) { s->failed_claims++; break; }
+            run_chunk(r, s, loop, lo, lo + r->chunk < n ? lo + r->chunk : n);
+        }
+        break;
+    case SHARE_GUIDED:
+        for (;;) {
+            long cur = atomic_load(&r->next.v), size;
+            do {
+                if (cur >= n) break;
+                size = (n - cur + P - 1) / P;
+                if (size < r->chunk) size = r->chunk;
+                if (size > n - cur) size = n - cur;
+            } while (!atomic_compare_exchange_weak(&r->next.v, &cur, cur + size) && (s->failed_claims++, 1));
+            s->claims++;
+            if (cur >= n) break;
+            run_chunk(r, s, loop, cur, cur + size);
+        }
+        break;
+    case SHARE_STEALING:
+        for (;;) {
+            if (take_own(r, w, &lo, &hi)) { run_chunk(r, s, loop, lo, hi); continue; }
+            if (!steal_half(r, s, w, &lo, &hi)) break;
+            atomic_store(&r->ranges[w].v, (long)pack(lo, hi));
+        }
+        break;
+    }
+}
+
+static void *worker_main(void *p)
+{
+    worker_arg *arg = p;
+    run_t *r = arg->run;
+    int w = arg->w;
+    worker_state *s = &r->ws[w];
+    for (int loop = 0; loop < r->loops; loop++) {
+        double t = now_ns();
+        if (w == 0) prepare(r);
+        if (r->fork_full) full_barrier(r, w, s); else release_half(r, w, s, loop);
+        double begun = now_ns();
+        s->sync += begun - t;
+        double compute = s->compute;
+        share(r, w, s, loop);
+        double ended = now_ns();
+        s->schedule += (ended - begun) - (s->compute - compute);
+        if (r->join_full) full_barrier(r, w, s); else join_half(r, w, s, loop);
+        double joined = now_ns();
+        s->sync += joined - ended;
+        if (w == 0) r->loop_end[loop] = joined - r->t0;
+    }
+    atomic_fetch_add(&r->finished, 1);
+    return NULL;
+}
+
+/* Start P threads pinned to ``cpus`` and wait for them, at most ``timeout_s``.
+ * Returns 0, 1 if the time bound passed (threads torn down), or -1 if threads could not start. */
+static int run_threads(int threads, const int *cpus, void *(*body)(void *), void *args, size_t arg_size,
+                       atomic_int *finished, atomic_int *abort_flag, double timeout_s, int *pinned)
+{
+    pthread_t *ids = calloc((size_t)threads, sizeof *ids);
+    if (!ids) return -1;
+    int started = 0, status = 0;
+    *pinned = 1;
+    for (; started < threads; started++) {
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpus[started], &set);
+        void *arg = (char *)args + (size_t)started * arg_size;
+        int rc = -1;
+        if (pthread_attr_setaffinity_np(&attr, sizeof set, &set) == 0)
+            rc = pthread_create(&ids[started], &attr, body, arg);
+        if (rc != 0) {   /* pinning refused: run unpinned, and say so */
+            *pinned = 0;
+            rc = pthread_create(&ids[started], NULL, body, arg);
+        }
+        pthread_attr_destroy(&attr);
+        if (rc != 0) { status = -1; atomic_store(abort_flag, 1); break; }
+    }
+    double deadline = now_ns() + timeout_s * 1e9;
+    while (status == 0 && atomic_load(finished) < threads) {
+        if (now_ns() > deadline) { atomic_store(abort_flag, 1); status = 1; break; }
+        struct timespec nap = {0, 200000};
+        nanosleep(&nap, NULL);
+    }
+    for (int i = 0; i < started; i++) pthread_join(ids[i], NULL);
+    free(ids);
+    return status;
+}
+
+static const char *SHARES[] = {"static", "dynamic", "guided", "stealing", NULL};
+static const char *BARRIERS[] = {"central", "tree", NULL};
+
+static int lookup(const char *name, const char **names)
+{
+    for (int i = 0; names[i]; i++) if (strcmp(name, names[i]) == 0) return i;
+    return -1;
+}
+
+static PyObject *bytes_of(const void *data, size_t size)
+{
+    return PyBytes_FromStringAndSize(size ? data : "", (Py_ssize_t)size);
+}
+
+/* run(costs: bytes of float64, loops, cpus: list[int], share, barrier, fork_full, join_full, chunk, timeout_s)
+ * -> dict(chunks=bytes, state=bytes (compute, schedule, sync per worker), loop_end=list, counters=dict, pinned=bool) */
+static PyObject *native_run(PyObject *self, PyObject *args)
+{
+    Py_buffer costs;
+    int loops, fork_full, join_full, chunk;
+    const char *share_name, *barrier_name;
+    PyObject *cpu_list;
+    double timeout_s;
+    if (!PyArg_ParseTuple(args, "y*iO!sspp" "id", &costs, &loops, &PyList_Type, &cpu_list, &share_name,
+                          &barrier_name, &fork_full, &join_full, &chunk, &timeout_s))
+        return NULL;
+    PyObject *result = NULL;
+    run_t r;
+    memset(&r, 0, sizeof r);
+    int threads = (int)PyList_Size(cpu_list);
+    int *cpus = calloc((size_t)threads, sizeof *cpus);
+    worker_arg *wargs = calloc((size_t)threads, sizeof *wargs);
+    r.ws = calloc((size_t)threads, sizeof *r.ws);
+    r.loop_end = calloc((size_t)(loops > 0 ? loops : 1), sizeof *r.loop_end);
+    r.ranges = aligned_alloc(LINE, (size_t)threads * sizeof(padded));
+    r.arrived = aligned_alloc(LINE, (size_t)threads * sizeof(padded));
+    r.released = aligned_alloc(LINE, (size_t)threads * sizeof(padded));
+    if (!cpus || !wargs || !r.ws || !r.loop_end || !r.ranges || !r.arrived || !r.released) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int w = 0; w < threads; w++) {
+        cpus[w] = (int)PyLong_AsLong(PyList_GetItem(cpu_list, w));
+        atomic_init(&r.ranges[w].v, 0);
+        atomic_init(&r.arrived[w].v, 0);
+        atomic_init(&r.released[w].v, 0);
+        wargs[w] = (worker_arg){&r, w};
+    }
+    if (PyErr_Occurred()) goto done;
+    r.threads = threads;
+    r.loops = loops;
+    r.n = (int)(costs.len / (Py_ssize_t)sizeof(double));
+    r.costs = costs.buf;
+    r.share = lookup(share_name, SHARES);
+    r.barrier = lookup(barrier_name, BARRIERS);
+    r.fork_full = fork_full;
+    r.join_full = join_full;
+    r.chunk = chunk > 0 ? chunk : (r.share == SHARE_STATIC ? 0 : 1);
+    if (r.share < 0 || r.barrier < 0 || threads < 1 || r.n < 1) {
+        PyErr_SetString(PyExc_ValueError, "native run: bad share, barrier, thread count or empty loop");
+        goto done;
+    }
+    int status, pinned;
+    Py_BEGIN_ALLOW_THREADS
+    r.t0 = now_ns();
+    status = run_threads(threads, cpus, worker_main, wargs, sizeof *wargs, &r.finished, &r.abort_flag,
+                         timeout_s, &pinned);
+    Py_END_ALLOW_THREADS
+    if (status != 0) {
+        char message[160];
+        if (status > 0)
+            snprintf(message, sizeof message, "native run passed its time bound of %g s; its threads were stopped",
+                     timeout_s);
+        else
+            snprintf(message, sizeof message, "native run: could not start %d threads", threads);
+        PyErr_SetString(PyExc_TimeoutError, message);
+        goto done;
+    }
+    size_t total = 0;
+    for (int w = 0; w < threads; w++) {
+        if (r.ws[w].out_of_memory) { PyErr_NoMemory(); goto done; }
+        total += r.ws[w].count;
+    }
+    chunk_rec *all = malloc((total ? total : 1) * sizeof *all);
+    int64_t *workers = malloc((total ? total : 1) * sizeof *workers);
+    double *state = malloc((size_t)threads * 3 * sizeof *state);
+    if (!all || !workers || !state) { free(all); free(workers); free(state); PyErr_NoMemory(); goto done; }
+    size_t k = 0;
+    long chunks = 0, claims = 0, failed = 0, steals = 0, attempts = 0;
+    for (int w = 0; w < threads; w++) {
+        worker_state *s = &r.ws[w];
+        for (size_t i = 0; i < s->count; i++, k++) { all[k] = s->recs[i]; workers[k] = w; }
+        state[3 * w] = s->compute; state[3 * w + 1] = s->schedule; state[3 * w + 2] = s->sync;
+        chunks += s->chunks; claims += s->claims; failed += s->failed_claims;
+        steals += s->steals; attempts += s->steal_attempts;
+    }
+    PyObject *ends = PyList_New(loops);
+    for (int i = 0; ends && i < loops; i++) PyList_SET_ITEM(ends, i, PyFloat_FromDouble(r.loop_end[i]));
+    long phases = (long)loops * ((fork_full ? 2 : 1) + (join_full ? 2 : 1));
+    result = Py_BuildValue("{s:N,s:N,s:N,s:N,s:{s:l,s:l,s:l,s:l,s:l,s:l},s:O}",
+                           "chunks", bytes_of(all, total * sizeof *all),
+                           "workers", bytes_of(workers, total * sizeof *workers),
+                           "state", bytes_of(state, (size_t)threads * 3 * sizeof *state),
+                           "loop_end", ends,
+                           "counters", "chunks", chunks, "claims", claims, "failed_claims", failed,
+                           "steals", steals, "steal_attempts", attempts, "barrier_phases", phases,
+                           "pinned", pinned ? Py_True : Py_False);
+    free(all); free(workers); free(state);
+done:
+    if (r.ws) for (int w = 0; w < threads; w++) free(r.ws[w].recs);
+    free(cpus); free(wargs); free(r.ws); free(r.loop_end);
+    free(r.ranges); free(r.arrived); free(r.released);
+    PyBuffer_Release(&costs);
+    return result;
+}
+
+/* ---- calibration probes ------------------------------------------------------------------- */
+
+typedef struct {
+    padded flag;
+    int rounds;
+    double elapsed;
+    atomic_int finished, abort_flag;
+} pingpong_t;
+
+typedef struct { pingpong_t *p; int side; } pingpong_arg;
+
+static void *pingpong_side(void *v)
+{
+    pingpong_arg *a = v;
+    pingpong_t *p = a->p;
+    double start = now_ns();
+    for (long i = 0; i < p->rounds; i++) {
+        long mine = 2 * i + a->side, next = mine + 1;
+        /* Wait for the other side's move, then make ours with a compare-and-swap. */
+        long expected = mine;
+        while (!atomic_compare_exchange_weak(&p->flag.v, &expected, next)) {
+            if (atomic_load_explicit(&p->abort_flag, memory_order_relaxed)) goto out;
+            expected = mine;
+            cpu_relax();
+        }
+    }
+    if (a->side == 0) p->elapsed = now_ns() - start;
+out:
+    atomic_fetch_add(&p->finished, 1);
+    return NULL;
+}
+
+/* pingpong(cpu_a, cpu_b, rounds) -> one-way latency in ns (round trip / 2) */
+static PyObject *native_pingpong(PyObject *self, PyObject *args)
+{
+    int cpus[2], rounds, pinned, status;
+    if (!PyArg_ParseTuple(args, "iii", &cpus[0], &cpus[1], &rounds)) return NULL;
+    pingpong_t *p = aligned_alloc(LINE, sizeof *p);
+    if (!p) return PyErr_NoMemory();
+    memset(p, 0, sizeof *p);
+    p->rounds = rounds;
+    pingpong_arg sides[2] = {{p, 0}, {p, 1}};
+    Py_BEGIN_ALLOW_THREADS
+    status = run_threads(2, cpus, pingpong_side, sides, sizeof sides[0], &p->finished, &p->abort_flag, 30.0, &pinned);
+    Py_END_ALLOW_THREADS
+    double elapsed = p->elapsed;
+    free(p);
+    if (status != 0) { PyErr_SetString(PyExc_TimeoutError, "ping-pong did not finish in 30 s"); return NULL; }
+    return Py_BuildValue("(dO)", elapsed / (2.0 * rounds), pinned ? Py_True : Py_False);
+}
+
+typedef struct {
+    padded word;
+    int ops;
+    atomic_int ready, go, finished, abort_flag;
+    int threads;
+    double elapsed[256];
+} contention_t;
+
+typedef struct { contention_t *c; int w; } contention_arg;
+
+static void *contention_side(void *v)
+{
+    contention_arg *a = v;
+    contention_t *c = a->c;
+    atomic_fetch_add(&c->ready, 1);
+    while (!atomic_load(&c->go)) {
+        if (atomic_load(&c->abort_flag)) return NULL;
+        cpu_relax();
+    }
+    double start = now_ns();
+    for (int i = 0; i < c->ops; i++) atomic_fetch_add(&c->word.v, 1);
+    c->elapsed[a->w] = now_ns() - start;
+    atomic_fetch_add(&c->finished, 1);
+    return NULL;
+}
+
+static void *contention_master(void *v)
+{
+    contention_arg *a = v;
+    if (a->w == 0) {
+        while (atomic_load(&a->c->ready) < a->c->threads - 1) {
+            if (atomic_load(&a->c->abort_flag)) return NULL;
+            cpu_relax();
+        }
+        atomic_store(&a->c->go, 1);
+    }
+    return contention_side(v);
+}
+
+/* fetch_add(cpus, ops) -> mean ns per fetch-and-add with len(cpus) threads on one line */
+static PyObject *native_fetch_add(PyObject *self, PyObject *args)
+{
+    PyObject *cpu_list;
+    int ops, pinned, status;
+    if (!PyArg_ParseTuple(args, "O!i", &PyList_Type, &cpu_list, &ops)) return NULL;
+    int threads = (int)PyList_Size(cpu_list);
+    if (threads < 1 || threads > 256) { PyErr_SetString(PyExc_ValueError, "fetch_add: 1..256 threads"); return NULL; }
+    int cpus[256];
+    for (int i = 0; i < threads; i++) cpus[i] = (int)PyLong_AsLong(PyList_GetItem(cpu_list, i));
+    if (PyErr_Occurred()) return NULL;
+    contention_t *c = aligned_alloc(LINE, sizeof *c);
+    if (!c) return PyErr_NoMemory();
+    memset(c, 0, sizeof *c);
+    c->ops = ops;
+    c->threads = threads;
+    contention_arg sides[256];
+    for (int i = 0; i < threads; i++) sides[i] = (contention_arg){c, i};
+    Py_BEGIN_ALLOW_THREADS
+    status = run_threads(threads, cpus, contention_master, sides, sizeof sides[0], &c->finished, &c->abort_flag,
+                         60.0, &pinned);
+    Py_END_ALLOW_THREADS
+    double mean = 0;
+    for (int i = 0; i < threads; i++) mean += c->elapsed[i] / ops;
+    free(c);
+    if (status != 0) { PyErr_SetString(PyExc_TimeoutError, "fetch-and-add probe did not finish in 60 s"); return NULL; }
+    return PyFloat_FromDouble(mean / threads);
+}
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int rounds, posted, seen;
+    double sent, latency;
+    atomic_int finished, abort_flag;
+} wakeup_t;
+
+typedef struct { wakeup_t *u; int side; } wakeup_arg;
+
+static void *wakeup_side(void *v)
+{
+    wakeup_arg *a = v;
+    wakeup_t *u = a->u;
+    for (int i = 1; i <= u->rounds; i++) {
+        if (a->side == 1) {          /* the sleeper: block until round i is posted */
+            pthread_mutex_lock(&u->lock);
+            while (u->posted < i) pthread_cond_wait(&u->cond, &u->lock);
+            u->latency += now_ns() - u->sent;
+            u->seen = i;
+            pthread_cond_signal(&u->cond);
+            pthread_mutex_unlock(&u->lock);
+        } else {                     /* the waker: let the sleeper block, then post and signal */
+            struct timespec nap = {0, 50000};
+            nanosleep(&nap, NULL);
+            pthread_mutex_lock(&u->lock);
+            u->posted = i;
+            u->sent = now_ns();
+            pthread_cond_signal(&u->cond);
+            while (u->seen < i) pthread_cond_wait(&u->cond, &u->lock);
+            pthread_mutex_unlock(&u->lock);
+        }
+    }
+    atomic_fetch_add(&u->finished, 1);
+    return NULL;
+}
+
+/* wakeup(cpu_a, cpu_b, rounds) -> mean ns from a condition signal until the sleeping thread runs */
+static PyObject *native_wakeup(PyObject *self, PyObject *args)
+{
+    int cpus[2], rounds, pinned, status;
+    if (!PyArg_ParseTuple(args, "iii", &cpus[0], &cpus[1], &rounds)) return NULL;
+    wakeup_t u;
+    memset(&u, 0, sizeof u);
+    pthread_mutex_init(&u.lock, NULL);
+    pthread_cond_init(&u.cond, NULL);
+    u.rounds = rounds;
+    wakeup_arg sides[2] = {{&u, 0}, {&u, 1}};
+    Py_BEGIN_ALLOW_THREADS
+    status = run_threads(2, cpus, wakeup_side, sides, sizeof sides[0], &u.finished, &u.abort_flag, 60.0, &pinned);
+    Py_END_ALLOW_THREADS
+    pthread_mutex_destroy(&u.lock);
+    pthread_cond_destroy(&u.cond);
+    if (status != 0) { PyErr_SetString(PyExc_TimeoutError, "wake-up probe did not finish in 60 s"); return NULL; }
+    return PyFloat_FromDouble(u.latency / rounds);
+}
+
+/* clock_read() -> ns one CLOCK_MONOTONIC read takes (the busy-wait's granularity) */
+static PyObject *native_clock_read(PyObject *self, PyObject *noargs)
+{
+    const int reads = 1000000;
+    volatile double sink = 0;
+    double start = now_ns();
+    for (int i = 0; i < reads; i++) sink = now_ns();
+    (void)sink;
+    return PyFloat_FromDouble((now_ns() - start) / reads);
+}
+
+static PyMethodDef methods[] = {
+    {"run", native_run, METH_VARARGS, "Run a program of loops on pinned threads and return its trace."},
+    {"pingpong", native_pingpong, METH_VARARGS, "One-way latency between two cores by CAS ping-pong."},
+    {"fetch_add", native_fetch_add, METH_VARARGS, "Mean fetch-and-add cost with threads contending."},
+    {"wakeup", native_wakeup, METH_VARARGS, "Mean wake-up latency of a thread blocked on a condition."},
+    {"clock_read", native_clock_read, METH_NOARGS, "Cost of one monotonic clock read."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_native", "Native runtime of simsched.", -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }

@@ -1,0 +1,132 @@
+"""Measure this machine into a machine file: core-to-core latencies, atomics, wake-up, loop and chunk costs."""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import SimschedError
+from ..machine import load_machine
+from . import check_threads, require, run
+
+
+def _clock_ghz() -> tuple[float, str]:
+    """The CPU clock and where it was read."""
+    for path in ("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq",
+                 "/sys/devices/system/cpu/cpu0/cpufreq/scaling_max_freq"):
+        try:
+            return int(Path(path).read_text().split()[0]) / 1e6, path
+        except (OSError, ValueError, IndexError):
+            pass
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("cpu mhz"):
+                return float(line.split(":")[1]) / 1e3, "/proc/cpuinfo (cpu MHz, current)"
+    except (OSError, ValueError, IndexError):
+        pass
+    return 1.0, "not readable here; 1.0 is a placeholder"
+
+
+def measure(threads: int | None = None, rounds: int = 20000, progress=print) -> dict:
+    """Run every probe on the first ``threads`` CPUs (default: all): a dict of the measured values."""
+    from . import _native, cores
+
+    require()
+    cpus = check_threads(threads if threads is not None else len(cores()))
+    p = len(cpus)
+    progress(f"ping-pong over {p * (p - 1) // 2} core pair(s), {rounds} round trips each")
+    matrix = np.zeros((p, p))
+    for a in range(p):
+        for b in range(a + 1, p):
+            one_way, _ = _native.pingpong(cpus[a], cpus[b], rounds)
+            matrix[a, b] = matrix[b, a] = one_way
+    progress("fetch-and-add with 1.." + str(p) + " contending threads")
+    fetch_add = [_native.fetch_add(cpus[:k], 200000) for k in range(1, p + 1)]
+    progress("thread wake-up latency")
+    wakeup = _native.wakeup(cpus[0], cpus[-1], 200) if p > 1 else _native.wakeup(cpus[0], cpus[0], 200)
+    clock_read = _native.clock_read()
+    progress("loop and chunk overheads on one thread")
+    # Per chunk: one thread claims 20,000 empty one-iteration chunks; less the uncontended atomic.
+    dynamic = run("omp-dynamic:chunk=1", "uforall:n=20000,cost_ns=0", 1, repeat=5)
+    per_chunk = statistics.median(dynamic.loop_ns[1:]) / 20000
+    # Per loop: an empty one-iteration static loop, less one chunk.
+    static = run("omp-static", "uforall:n=1,cost_ns=0", 1, repeat=201)
+    per_loop = statistics.median(static.loop_ns[1:])
+    ghz, clock_source = _clock_ghz()
+    return {"cpus": cpus, "rounds": rounds, "matrix": matrix, "fetch_add": fetch_add, "wakeup": wakeup,
+            "clock_read": clock_read, "per_chunk": per_chunk, "per_loop": per_loop, "ghz": ghz,
+            "clock_source": clock_source}
+
+
+def machine_text(m: dict, command: str) -> str:
+    """The machine file for measurements ``m``, every value commented with how it was measured."""
+    p = len(m["cpus"])
+    when = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    host = platform.node() or "this machine"
+    atomic = m["fetch_add"][0]
+    # Contention: each extra thread on one line adds about one line hand-over per operation.
+    serve = (m["fetch_add"][-1] - atomic) / (p - 1) if p > 1 else 0.0
+    chunk = max(m["per_chunk"] - atomic, 0.0)
+    loop_setup = max(m["per_loop"] - m["per_chunk"], 0.0)
+    rows = ",\n".join("    [" + ", ".join(f"{x:.1f}" for x in row) + "]" for row in m["matrix"])
+    curve = ", ".join(f"{x:.1f}" for x in m["fetch_add"])
+    return f'''# Measured by `{command}` on {host}, {when}, on CPUs {m["cpus"]}.
+# Every value below was measured by that command unless its comment says otherwise.
+name = "host"
+description = "{host}: {p} CPU(s) measured by simsched native calibrate on {when[:10]}"
+
+[topology]
+sockets = 1                # the measured matrix carries the topology; one socket of {p} cores is only its shape
+cores_per_socket = {p}
+threads_per_core = 1
+
+[clock]
+base_ghz = {m["ghz"]:.3f}          # {m["clock_source"]}
+
+[latency_ns]
+# One-way latency by compare-and-swap ping-pong between two pinned threads, round trip / 2,
+# {m["rounds"]} round trips per pair (the diagonal is the same core).
+matrix = [
+{rows},
+]
+
+[coherence]
+protocol = "snoop"
+serve_ns = {serve:.2f}          # (fetch-and-add with all {p} threads contending - uncontended) / {max(p - 1, 1)}
+
+[costs_ns]
+atomic = {atomic:.2f}            # uncontended fetch-and-add, 200,000 in a row on one thread
+store = 1.0                # assumed, not measured: a store retires into the store buffer in about a cycle
+loop_setup = {loop_setup:.1f}        # median native empty one-iteration omp-static loop on one thread, less a chunk
+chunk = {chunk:.1f}             # median native per-chunk time of omp-dynamic chunk=1 on one thread, less an atomic
+combine = 1.0              # assumed, not measured: combining two partial results is an add or two
+# fetch-and-add ns per operation with 1..{p} contending threads: [{curve}]
+
+[os]
+wakeup_ns = {m["wakeup"]:.0f}          # condition-variable signal until the blocked thread runs, mean of 200
+# one CLOCK_MONOTONIC read (the busy-wait's granularity): {m["clock_read"]:.1f} ns
+'''
+
+
+def calibrate(out: str | Path, threads: int | None = None, rounds: int = 20000, command: str = "",
+              progress=print) -> Path:
+    """Measure this machine and write its machine file to ``out`` (checked loadable before it is kept)."""
+    out = Path(out)
+    if out.exists() and out.is_dir():
+        raise SimschedError(f"--out {out} is a folder; give a file name such as {out / 'host.toml'}")
+    if not out.parent.exists():
+        raise SimschedError(f"--out: folder {out.parent} does not exist")
+    text = machine_text(measure(threads, rounds, progress), command or "simsched native calibrate")
+    partial = out.with_name(out.name + ".partial")
+    partial.write_text(text, encoding="utf-8")
+    try:
+        load_machine(partial)
+        partial.replace(out)
+    finally:
+        if partial.exists():
+            partial.unlink()
+    return out

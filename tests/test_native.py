@@ -1,0 +1,127 @@
+"""Native mode: the schedulers on real threads of this machine, the watchdog, calibration, the fallback."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import simsched.native as native
+from simsched import SimschedError, load_machine
+from simsched.cli import main
+from simsched.result import CHUNK_COLUMNS
+
+needs_native = pytest.mark.skipif(not native.available(), reason="native runtime not built")
+THREADS = min(2, len(native.cores()))
+SCHEDULERS = ["omp-static", "omp-static:barrier=central", "omp-static:chunk=3", "fg-tree", "fg-central",
+              "fg-tree-full", "omp-dynamic:chunk=2", "omp-guided", "stealing:chunk=2"]
+
+
+def test_without_the_extension_native_mode_says_so_in_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(native, "_native", None)
+    assert not native.available()
+    with pytest.raises(SimschedError, match="native mode is not built"):
+        native.run("omp-static", "uforall:n=10", 1)
+    assert main(["native", "run", "--scheduler", "omp-static", "--threads", "1", "--workload", "uforall:n=10"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+@needs_native
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_each_iteration_runs_once_and_the_trace_has_the_result_shape(scheduler):
+    costs = np.random.default_rng(1).uniform(0, 2000, 301)
+    r = native.run(scheduler, costs, THREADS, repeat=3)
+    assert list(r.chunks.columns) == CHUNK_COLUMNS
+    for loop in range(3):   # every iteration of every loop exactly once, from the chunk table alone
+        rows = r.chunks[r.chunks["loop"] == loop]
+        count = np.zeros(301, dtype=int)
+        for lo, hi in zip(rows["lo"], rows["hi"]):
+            count[lo:hi] += 1
+        assert (count == 1).all()
+    assert set(r.chunks["worker"]) <= set(range(THREADS))
+    # A chunk takes at least its busy-wait, lies inside the run, and the states add up per worker.
+    prefix = np.concatenate(([0.0], np.cumsum(costs)))
+    work = prefix[r.chunks["hi"].to_numpy()] - prefix[r.chunks["lo"].to_numpy()]
+    assert np.all((r.chunks["end"] - r.chunks["start"]).to_numpy() >= work - 1e-6)
+    assert r.chunks["end"].max() <= r.makespan_ns
+    assert len(r.loop_ns) == 3 and all(t > 0 for t in r.loop_ns)
+    total = sum(np.asarray(t) for t in r.state_ns.values())
+    np.testing.assert_allclose(total, r.makespan_ns, rtol=1e-6)
+    assert r.sequential_ns == pytest.approx(3 * costs.sum())
+    assert r.counters["chunks"] == len(r.chunks)
+
+
+@needs_native
+def test_dynamic_claims_one_chunk_at_a_time():
+    r = native.run("omp-dynamic:chunk=5", "uforall:n=100,cost_ns=100", THREADS)
+    assert len(r.chunks) == 20
+    assert (r.chunks["hi"] - r.chunks["lo"] == 5).all()
+    assert r.counters["claims"] == 20 + THREADS and r.counters["failed_claims"] == THREADS
+
+
+@needs_native
+def test_static_blocks_are_the_simulators_blocks():
+    r = native.run("fg-tree", "uforall:n=10,cost_ns=10", THREADS)
+    from simsched.schedulers.base import block
+
+    for w in range(THREADS):
+        lo, hi = block(10, THREADS, w)
+        row = r.chunks[r.chunks["worker"] == w]
+        assert (row["lo"].tolist(), row["hi"].tolist()) == ([lo], [hi])
+
+
+@needs_native
+def test_watchdog_stops_a_run_that_passes_its_bound():
+    with pytest.raises(SimschedError, match="time bound"):
+        native.run("omp-static", "uforall:n=1000000,cost_ns=1000", THREADS, timeout_s=0.2)
+    # The process is fine afterwards: the threads were torn down.
+    assert native.run("omp-static", "uforall:n=10", THREADS).makespan_ns > 0
+
+
+def test_more_threads_than_cpus_is_refused():
+    with pytest.raises(SimschedError, match="must not share a CPU"):
+        native.check_threads(len(native.cores()) + 1)
+
+
+@needs_native
+def test_unsupported_scheduler_is_one_clear_error():
+    with pytest.raises(SimschedError, match="native mode runs"):
+        native.run("cilk", "uforall:n=10", 1)
+
+
+@needs_native
+def test_native_run_json_reports_median_and_spread(capsys):
+    assert main(["native", "run", "--scheduler", "omp-dynamic", "--threads", str(THREADS), "--workload",
+                 "uforall:n=100,cost_ns=500", "--repeat", "5", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["machine"] == "host" and data["repeat"] == 5 and len(data["loop_ns"]) == 5
+    assert data["makespan_ns"] == pytest.approx(float(np.median(data["loop_ns"])))
+    spread = data["makespan_spread_ns"]
+    assert spread["min"] <= spread["q1"] <= data["makespan_ns"] <= spread["q3"] <= spread["max"]
+    assert {"chunks", "claims"} <= set(data["counters"])
+
+
+@needs_native
+def test_calibrate_writes_a_loadable_machine_with_plausible_values(tmp_path, capsys):
+    out = tmp_path / "host.toml"
+    assert main(["native", "calibrate", "--out", str(out), "--rounds", "2000"]) == 0
+    machine = load_machine(out)
+    text = out.read_text()
+    assert "simsched native calibrate" in text and "Measured by" in text
+    p = machine.cores
+    assert p == len(native.cores())
+    off_diagonal = machine.latency[~np.eye(p, dtype=bool)]
+    assert off_diagonal.size == 0 or ((off_diagonal > 5) & (off_diagonal < 10_000)).all()
+    assert 0 < machine.costs["atomic"] < 1000
+    assert machine.wakeup_ns > 0
+    # The simulator runs on the measured machine.
+    from simsched import simulate
+
+    assert simulate(machine, "fg-tree", "uforall:n=100", p).makespan_ns > 0
+
+
+def test_calibrate_refuses_a_folder_as_output(tmp_path):
+    if not native.available():
+        pytest.skip("native runtime not built")
+    assert main(["native", "calibrate", "--out", str(tmp_path)]) == 2

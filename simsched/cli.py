@@ -86,6 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
     native_run.add_argument("--timeout", type=float, default=60.0, help="stop the threads after this many s")
     native_run.add_argument("--json", action="store_true", help="print one JSON object")
     native_run.add_argument("--chunks", metavar="FILE.csv", help="write the measured chunk table")
+    native_replay = native_sub.add_parser("replay", help="run exactly the chunks of a simulated schedule on "
+                                                         "this machine's threads, and compare their times")
+    native_replay.add_argument("result", help="the chunk table a simulation wrote with simsched run --chunks")
+    native_replay.add_argument("--workload", required=True, help="the workload spec the simulation ran")
+    native_replay.add_argument("--seed", type=_integer, default=0, help="the simulation's seed")
+    native_replay.add_argument("--timeout", type=float, default=60.0, help="stop the threads after this many s")
+    native_replay.add_argument("--out", metavar="FILE.csv", help="write every chunk's simulated and measured ns")
+    native_replay.add_argument("--json", action="store_true", help="print one JSON object")
     native_cal = native_sub.add_parser("calibrate", help="measure this machine into a machine file")
     native_cal.add_argument("--out", default="machines/host.toml", help="machine file (default machines/host.toml)")
     native_cal.add_argument("--threads", type=_integer, help="CPUs to measure (default: all available)")
@@ -300,7 +308,7 @@ def cmd_native(args) -> int:
     from . import native
 
     if args.native_command is None:
-        raise SimschedError("native needs a command: run or calibrate")
+        raise SimschedError("native needs a command: run, replay or calibrate")
     native.require()
     if args.native_command == "calibrate":
         from .native.calibrate import calibrate
@@ -311,6 +319,8 @@ def cmd_native(args) -> int:
                         progress=lambda line: print(line, file=sys.stderr))
         print(out)
         return 0
+    if args.native_command == "replay":
+        return _native_replay(args)
     from .schedulers import get_scheduler
     from .workloads import get_workload
 
@@ -329,6 +339,36 @@ def cmd_native(args) -> int:
         spread = figures["makespan_spread_ns"]
         print(f"  median loop  {figures['makespan_ns'] / 1e3:14.3f} us  (min {spread['min'] / 1e3:.3f}, "
               f"max {spread['max'] / 1e3:.3f} us over {result.repeat} loop(s))")
+    return 0
+
+
+def _native_replay(args) -> int:
+    import numpy as np
+
+    from . import native
+    from .sweep import read_table
+
+    out = _chunks_path(args.out)
+    measured, table = native.replay(read_table(args.result), args.workload, seed=args.seed, timeout_s=args.timeout)
+    if out is not None:
+        table.to_csv(out, index=False)
+    error = (table["measured_ns"] - table["simulated_ns"]).abs() / table["simulated_ns"].where(
+        table["simulated_ns"] > 0)
+    figures = {"chunks": int(len(table)), "threads": measured.threads,
+               "simulated_ns": float(table["simulated_ns"].sum()), "measured_ns": float(table["measured_ns"].sum()),
+               "simulated_makespan_ns": float(read_table(args.result)["end"].max()),
+               "measured_makespan_ns": measured.makespan_ns,
+               "median_abs_chunk_error": float(np.nanmedian(error)) if error.notna().any() else None}
+    if args.json:
+        print(json.dumps(figures))
+    else:
+        print(f"replayed {figures['chunks']} chunks on {figures['threads']} thread(s)")
+        print(f"  chunk time   simulated {figures['simulated_ns'] / 1e3:12.3f} us   "
+              f"measured {figures['measured_ns'] / 1e3:12.3f} us")
+        print(f"  makespan     simulated {figures['simulated_makespan_ns'] / 1e3:12.3f} us   "
+              f"measured {figures['measured_makespan_ns'] / 1e3:12.3f} us")
+        if figures["median_abs_chunk_error"] is not None:
+            print(f"  median |measured - simulated| / simulated per chunk: {figures['median_abs_chunk_error']:.3f}")
     return 0
 
 

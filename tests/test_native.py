@@ -125,3 +125,38 @@ def test_calibrate_refuses_a_folder_as_output(tmp_path):
     if not native.available():
         pytest.skip("native runtime not built")
     assert main(["native", "calibrate", "--out", str(tmp_path)]) == 2
+
+
+@needs_native
+def test_replay_runs_exactly_the_simulated_chunks_in_order(tmp_path, capsys):
+    from simsched import simulate
+
+    sim = simulate("haswell-e5-2695v3", "omp-dynamic:chunk=7", "uniform:n=150,low_ns=100,high_ns=900", THREADS,
+                   seed=3, repeat=2)
+    measured, table = native.replay(sim.chunks, "uniform:n=150,low_ns=100,high_ns=900", seed=3)
+    keys = ["worker", "loop", "lo", "hi"]
+    # The same chunks, each on the worker that ran it in the simulation ...
+    assert sorted(map(tuple, measured.chunks[keys].to_numpy())) == sorted(map(tuple, sim.chunks[keys].to_numpy()))
+    # ... and in the same order on each worker.
+    for w in range(THREADS):
+        mine = lambda frame: frame[frame["worker"] == w].sort_values("start")[["loop", "lo"]].to_numpy().tolist()
+        assert mine(measured.chunks) == mine(sim.chunks)
+    assert table["measured_ns"].notna().all() and (table["measured_ns"] > 0).all()
+    # The CLI reads the table simsched run --chunks wrote.
+    chunks = tmp_path / "sim.csv"
+    sim.chunks.to_csv(chunks, index=False)
+    assert main(["native", "replay", str(chunks), "--workload", "uniform:n=150,low_ns=100,high_ns=900",
+                 "--seed", "3", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["chunks"] == len(sim.chunks) and data["median_abs_chunk_error"] >= 0
+
+
+@needs_native
+def test_replay_refuses_a_table_that_does_not_fit_the_workload(tmp_path):
+    from simsched import simulate
+
+    sim = simulate("haswell-e5-2695v3", "omp-static", "uforall:n=50", THREADS)
+    with pytest.raises(SimschedError, match="does not fit"):
+        native.replay(sim.chunks, "uforall:n=40")
+    with pytest.raises(SimschedError, match="lacks column"):
+        native.replay(sim.chunks.drop(columns=["hi"]), "uforall:n=50")

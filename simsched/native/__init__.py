@@ -139,3 +139,46 @@ def summary(result: Result) -> dict:
             "makespan_spread_ns": {"min": float(times.min()), "q1": float(q1), "q3": float(q3),
                                    "max": float(times.max())},
             "total_ns": result.makespan_ns}
+
+
+def replay(chunks: pd.DataFrame, workload, seed: int = 0, threads: int | None = None,
+           timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[Result, pd.DataFrame]:
+    """Execute exactly the chunks of a (simulated) chunk table: the same workers, in the same order.
+
+    Each loop of the table runs between full barriers. Returns the measured Result and a
+    table of every chunk with its simulated and measured duration.
+    """
+    from ..workloads import get_workload
+
+    require()
+    missing = [c for c in CHUNK_COLUMNS if c not in chunks.columns]
+    if missing:
+        raise SimschedError(f"the chunk table lacks column {missing[0]!r}: is it one written by --chunks?")
+    if chunks.empty:
+        raise SimschedError("the chunk table is empty")
+    spec = get_workload(workload)
+    costs = np.ascontiguousarray(spec.costs(np.random.default_rng(seed)), dtype=np.float64)
+    plan = chunks.sort_values(["worker", "loop", "start"], kind="stable")
+    workers = plan["worker"].to_numpy(dtype=np.int64)
+    threads = int(workers.max()) + 1 if threads is None else threads
+    if workers.min() < 0 or workers.max() >= threads:
+        raise SimschedError(f"the chunk table names workers outside 0..{threads - 1}")
+    cpus = check_threads(threads)
+    loops = int(plan["loop"].max()) + 1
+    try:
+        verify_exactly_once(plan, [costs.size] * loops, "the chunk table")
+    except Exception as exc:  # the table does not cover this workload's loop: bad input, not a bug
+        raise SimschedError(f"the chunk table does not fit workload {spec.spec}: {exc}") from None
+    triples = np.ascontiguousarray(plan[["loop", "lo", "hi"]].to_numpy(dtype=np.int64))
+    offsets = np.searchsorted(workers, np.arange(threads + 1)).astype(np.int64)
+    try:
+        trace = _native.run(costs.tobytes(), loops, list(cpus), "replay", "tree", True, True, 0, float(timeout_s),
+                            triples.tobytes(), offsets.tobytes())
+    except TimeoutError as exc:
+        raise SimschedError(f"{exc} (raise --timeout for longer schedules)") from None
+    measured = _result(trace, "replay", spec.spec, threads, seed, costs, loops)
+    keys = ["worker", "loop", "lo", "hi"]
+    simulated = chunks[keys].assign(simulated_ns=(chunks["end"] - chunks["start"]).to_numpy())
+    ran = measured.chunks[keys].assign(measured_ns=(measured.chunks["end"] - measured.chunks["start"]).to_numpy())
+    table = simulated.merge(ran, on=keys, how="left")
+    return measured, table

@@ -45,7 +45,7 @@ static inline void cpu_relax(void)
 
 /* ---- runs ------------------------------------------------------------------------------ */
 
-enum { SHARE_STATIC, SHARE_DYNAMIC, SHARE_GUIDED, SHARE_STEALING };
+enum { SHARE_STATIC, SHARE_DYNAMIC, SHARE_GUIDED, SHARE_STEALING, SHARE_REPLAY };
 enum { BARRIER_CENTRAL, BARRIER_TREE };
 
 typedef struct { int64_t loop, lo, hi; double start, end; } chunk_rec;
@@ -59,6 +59,7 @@ typedef struct {
     /* Barrier episodes this worker has been through (all workers go through the same ones). */
     long arrive_epoch, release_epoch;
     int sense;
+    int64_t cursor;   /* replay: the worker's next planned chunk */
 } worker_state;
 
 typedef struct run run_t;
@@ -77,7 +78,9 @@ struct run {
     padded *arrived, *released; /* tree barrier flags, one line per worker */
     padded count, sense;        /* central full barrier */
     padded go, done;            /* central half-barriers */
-    long barrier_phases;
+    padded ready, started;      /* the start: every thread up and pinned before the clock starts */
+    /* replay: each worker's chunks (loop, lo, hi) in order, worker w's from plan_start[w] to plan_start[w+1] */
+    const int64_t *plan, *plan_start;
 };
 
 #define CHECK_ABORT(r) do { if (atomic_load_explicit(&(r)->abort_flag, memory_order_relaxed)) pthread_exit(NULL); } while (0)
@@ -248,6 +251,12 @@ static void share(run_t *r, int w, worker_state *s, int loop)
             run_chunk(r, s, loop, cur, cur + size);
         }
         break;
+    case SHARE_REPLAY:
+        while (s->cursor < r->plan_start[w + 1] && r->plan[3 * s->cursor] == loop) {
+            const int64_t *c = &r->plan[3 * s->cursor++];
+            run_chunk(r, s, loop, (long)c[1], (long)c[2]);
+        }
+        break;
     case SHARE_STEALING:
         for (;;) {
             if (take_own(r, w, &lo, &hi)) { run_chunk(r, s, loop, lo, hi); continue; }
@@ -264,6 +273,14 @@ static void *worker_main(void *p)
     run_t *r = arg->run;
     int w = arg->w;
     worker_state *s = &r->ws[w];
+    atomic_fetch_add(&r->ready.v, 1);
+    if (w == 0) {
+        spin_until_at_least(r, &r->ready.v, r->threads);
+        r->t0 = now_ns();
+        atomic_store_explicit(&r->started.v, 1, memory_order_release);
+    } else {
+        spin_until_at_least(r, &r->started.v, 1);
+    }
     for (int loop = 0; loop < r->loops; loop++) {
         double t = now_ns();
         if (w == 0) prepare(r);
@@ -320,7 +337,7 @@ static int run_threads(int threads, const int *cpus, void *(*body)(void *), void
     return status;
 }
 
-static const char *SHARES[] = {"static", "dynamic", "guided", "stealing", NULL};
+static const char *SHARES[] = {"static", "dynamic", "guided", "stealing", "replay", NULL};
 static const char *BARRIERS[] = {"central", "tree", NULL};
 
 static int lookup(const char *name, const char **names)
@@ -334,17 +351,19 @@ static PyObject *bytes_of(const void *data, size_t size)
     return PyBytes_FromStringAndSize(size ? data : "", (Py_ssize_t)size);
 }
 
-/* run(costs: bytes of float64, loops, cpus: list[int], share, barrier, fork_full, join_full, chunk, timeout_s)
- * -> dict(chunks=bytes, state=bytes (compute, schedule, sync per worker), loop_end=list, counters=dict, pinned=bool) */
+/* run(costs: bytes of float64, loops, cpus: list[int], share, barrier, fork_full, join_full, chunk, timeout_s,
+ *     plan: bytes of int64 (loop, lo, hi) triples by worker, plan_start: bytes of int64 offsets (P + 1))
+ * -> dict(chunks=bytes, workers=bytes, state=bytes (compute, schedule, sync per worker), loop_end=list,
+ *         counters=dict, pinned=bool); the plan is only read by the "replay" share */
 static PyObject *native_run(PyObject *self, PyObject *args)
 {
-    Py_buffer costs;
+    Py_buffer costs, plan = {0}, plan_start = {0};
     int loops, fork_full, join_full, chunk;
     const char *share_name, *barrier_name;
     PyObject *cpu_list;
     double timeout_s;
-    if (!PyArg_ParseTuple(args, "y*iO!sspp" "id", &costs, &loops, &PyList_Type, &cpu_list, &share_name,
-                          &barrier_name, &fork_full, &join_full, &chunk, &timeout_s))
+    if (!PyArg_ParseTuple(args, "y*iO!sspp" "id|y*y*", &costs, &loops, &PyList_Type, &cpu_list, &share_name,
+                          &barrier_name, &fork_full, &join_full, &chunk, &timeout_s, &plan, &plan_start))
         return NULL;
     PyObject *result = NULL;
     run_t r;
@@ -382,9 +401,18 @@ static PyObject *native_run(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "native run: bad share, barrier, thread count or empty loop");
         goto done;
     }
+    if (r.share == SHARE_REPLAY) {
+        r.plan = plan.buf;
+        r.plan_start = plan_start.buf;
+        if (!plan.buf || !plan_start.buf || plan_start.len != (Py_ssize_t)((threads + 1) * sizeof(int64_t))
+            || r.plan_start[threads] * 3 * (Py_ssize_t)sizeof(int64_t) != plan.len) {
+            PyErr_SetString(PyExc_ValueError, "native run: replay needs a plan and P + 1 offsets into it");
+            goto done;
+        }
+        for (int w = 0; w < threads; w++) r.ws[w].cursor = r.plan_start[w];
+    }
     int status, pinned;
     Py_BEGIN_ALLOW_THREADS
-    r.t0 = now_ns();
     status = run_threads(threads, cpus, worker_main, wargs, sizeof *wargs, &r.finished, &r.abort_flag,
                          timeout_s, &pinned);
     Py_END_ALLOW_THREADS
@@ -433,6 +461,8 @@ done:
     free(cpus); free(wargs); free(r.ws); free(r.loop_end);
     free(r.ranges); free(r.arrived); free(r.released);
     PyBuffer_Release(&costs);
+    if (plan.buf) PyBuffer_Release(&plan);
+    if (plan_start.buf) PyBuffer_Release(&plan_start);
     return result;
 }
 

@@ -94,6 +94,14 @@ def build_parser() -> argparse.ArgumentParser:
     native_replay.add_argument("--timeout", type=float, default=60.0, help="stop the threads after this many s")
     native_replay.add_argument("--out", metavar="FILE.csv", help="write every chunk's simulated and measured ns")
     native_replay.add_argument("--json", action="store_true", help="print one JSON object")
+    native_val = native_sub.add_parser("validate", help="E1's uforall sweep natively and simulated on the "
+                                                        "calibrated host model: burden d and loop-time error")
+    native_val.add_argument("--machine", default="machines/host.toml", help="calibrated machine file")
+    native_val.add_argument("--threads", type=_integer, help="threads (default: the machine file's cores)")
+    native_val.add_argument("--points", type=_integer, default=10, help="loop durations from 1 us to 1 ms")
+    native_val.add_argument("--repeat", type=_integer, default=21, help="loops per point (median)")
+    native_val.add_argument("--no-openmp", action="store_true", help="skip the host OpenMP reference")
+    native_val.add_argument("--json", action="store_true", help="print a JSON list")
     native_cal = native_sub.add_parser("calibrate", help="measure this machine into a machine file")
     native_cal.add_argument("--out", default="machines/host.toml", help="machine file (default machines/host.toml)")
     native_cal.add_argument("--threads", type=_integer, help="CPUs to measure (default: all available)")
@@ -308,7 +316,7 @@ def cmd_native(args) -> int:
     from . import native
 
     if args.native_command is None:
-        raise SimschedError("native needs a command: run, replay or calibrate")
+        raise SimschedError("native needs a command: run, replay, validate or calibrate")
     native.require()
     if args.native_command == "calibrate":
         from .native.calibrate import calibrate
@@ -321,6 +329,18 @@ def cmd_native(args) -> int:
         return 0
     if args.native_command == "replay":
         return _native_replay(args)
+    if args.native_command == "validate":
+        from .native.validate import check_machine_file, format_validation, validate
+
+        if args.points < 2 or args.repeat < 1:
+            raise SimschedError("--points must be >= 2 and --repeat >= 1")
+        table = validate(check_machine_file(args.machine), args.threads, args.points, args.repeat,
+                         openmp=not args.no_openmp)
+        if args.json:
+            print(table.to_json(orient="records"))
+        else:
+            print(format_validation(table))
+        return 0
     from .schedulers import get_scheduler
     from .workloads import get_workload
 

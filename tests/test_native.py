@@ -160,3 +160,26 @@ def test_replay_refuses_a_table_that_does_not_fit_the_workload(tmp_path):
         native.replay(sim.chunks, "uforall:n=40")
     with pytest.raises(SimschedError, match="lacks column"):
         native.replay(sim.chunks.drop(columns=["hi"]), "uforall:n=50")
+
+
+@needs_native
+def test_validate_reports_native_and_simulated_burden(tmp_path, capsys):
+    machine = tmp_path / "host.toml"
+    assert main(["native", "calibrate", "--out", str(machine), "--rounds", "1000"]) == 0
+    capsys.readouterr()
+    assert main(["native", "validate", "--machine", str(machine), "--points", "3", "--repeat", "3",
+                 "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    names = [r["scheduler"] for r in records]
+    assert names[:len(native.NATIVE)] == list(native.NATIVE)
+    for record in records:
+        assert {"scheduler", "threads", "native_d_us", "sim_d_us", "median_abs_error"} <= set(record)
+        assert record["threads"] == len(native.cores())
+        assert record["native_d_us"] >= 0 and record["sim_d_us"] >= 0 and record["median_abs_error"] >= 0
+
+
+def test_validate_without_a_calibrated_machine_is_one_clear_error(tmp_path, capsys):
+    if not native.available():
+        pytest.skip("native runtime not built")
+    assert main(["native", "validate", "--machine", str(tmp_path / "absent.toml")]) == 2
+    assert "simsched native calibrate" in capsys.readouterr().err

@@ -401,6 +401,17 @@ static PyObject *native_run(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "native run: bad share, barrier, thread count or empty loop");
         goto done;
     }
+    /* Reserve (and touch) each worker's trace up front, so growing it does not fault pages inside loops. */
+    size_t per_loop = r.share == SHARE_STATIC ? (r.chunk > 0 ? (size_t)r.n / r.chunk / threads + 2 : 1)
+                    : (size_t)r.n / (r.chunk > 0 ? r.chunk : 1) / threads * 2 + 16;
+    size_t reserve = per_loop * (size_t)loops;
+    if (reserve > ((size_t)1 << 22)) reserve = (size_t)1 << 22;
+    for (int w = 0; w < threads; w++) {
+        r.ws[w].recs = malloc(reserve * sizeof(chunk_rec));
+        if (!r.ws[w].recs) { PyErr_NoMemory(); goto done; }
+        memset(r.ws[w].recs, 0, reserve * sizeof(chunk_rec));
+        r.ws[w].cap = reserve;
+    }
     if (r.share == SHARE_REPLAY) {
         r.plan = plan.buf;
         r.plan_start = plan_start.buf;

@@ -69,7 +69,7 @@ def machine_text(m: dict, command: str) -> str:
     host = platform.node() or "this machine"
     atomic = m["fetch_add"][0]
     # Contention: each extra thread on one line adds about one line hand-over per operation.
-    serve = (m["fetch_add"][-1] - atomic) / (p - 1) if p > 1 else 0.0
+    serve = max((m["fetch_add"][-1] - atomic) / (p - 1), 0.0) if p > 1 else 0.0
     chunk = max(m["per_chunk"] - atomic, 0.0)
     loop_setup = max(m["per_loop"] - m["per_chunk"], 0.0)
     rows = ",\n".join("    [" + ", ".join(f"{x:.1f}" for x in row) + "]" for row in m["matrix"])

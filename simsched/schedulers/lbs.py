@@ -198,12 +198,39 @@ class LoopTasks(Scheduler):
         yield sim.wait(w, "sync", t)
 
     def start(self, sim, w: int, join: Join):
-        """Create the loop's root task and run it (subclasses hand the loop out differently)."""
+        """Create the loop's root task and run it; distrib first spreads the loop when all appear idle."""
+        t = self.set_idle(sim, w, False, sim.env.now)   # the worker starting a loop is busy
+        if self.strategy == "distrib" and sim.threads > 1:
+            count, t = sim.memory.read(self.queues[w].idle, w, at=t)
+            if count >= sim.threads - 1:
+                yield sim.wait(w, "schedule", t)
+                yield from self.distribute(sim, w, join)
+                return
         n = sim.loops[join.loop].n
         root = Task(LOOP, join.loop, 0, n, join)
-        yield sim.wait(w, "create", sim.env.now + sim.costs["task_create"])
+        yield sim.wait(w, "create", t + sim.costs["task_create"])
         sim.counters["tasks_created"] += 1
         yield from self.execute(sim, w, root)
+
+    def distribute(self, sim, w: int, join: Join):
+        """Give every worker an even share of the loop as its own task (a new split period for each)."""
+        threads, n = sim.threads, sim.loops[join.loop].n
+        shares = [(u, block(n, threads, k)) for k, u in enumerate((w + k) % threads for k in range(threads))]
+        shares = [(u, lo, hi) for u, (lo, hi) in shares if hi > lo]
+        t = sim.env.now
+        for u, lo, hi in shares[1:]:
+            t = self.hand(sim, u, Task(LOOP, join.loop, lo, hi, join), t + sim.costs["task_create"])
+            # The share starts the receiver's split period: its idle estimate starts over.
+            t = sim.memory.store(self.queues[u].idle, w, 0, at=t)
+            self.queues[u].period += 1
+        own = self.queues[w]
+        t = sim.memory.store(own.idle, w, 0, at=t)
+        own.period += 1
+        sim.counters["tasks_created"] += len(shares)
+        self.signal(sim, t)
+        yield sim.wait(w, "create", t)
+        _, lo, hi = shares[0]
+        yield from self.execute(sim, w, Task(LOOP, join.loop, lo, hi, join))
 
     def find_work(self, sim, w: int):
         """A task handed to ``w`` or from its own queue, else one steal attempt: the task or None."""
@@ -339,8 +366,8 @@ class LoopTasks(Scheduler):
         victim, t = self.probe_victim(sim, w, t)
         queue = self.queues[victim]
         if queue.n_public == 0:
-            if self.marked[w][victim] != queue.period:
-                # adapt-l: count this thief idle at the victim once per the victim's split period.
+            if self.strategy in ("adapt-l", "distrib") and self.marked[w][victim] != queue.period:
+                # Count this thief idle at the victim once per the victim's split period.
                 self.marked[w][victim] = queue.period
                 _, t = mem.fetch_add(queue.idle, w, 1, at=t)
             yield sim.wait(w, "steal", t)
@@ -583,6 +610,15 @@ class LoopTasks(Scheduler):
         """Run a range of one-iteration tasks from the own queue, popping each; a thief's steal interrupts."""
         queue = self.queues[w]
         step = sim.costs["store"] + sim.costs["chunk"]
+        if queue.n_public == 0 and task.size > 1:
+            # The tasks not yet popped are in the queue: with nothing public, half of them go public
+            # first, so thieves can take them while this worker runs the rest one by one.
+            queue.private.append(task)
+            queue.n_private += task.size
+            t = self.refill(sim, w, sim.env.now)
+            task = queue.private.pop()
+            queue.n_private -= task.size
+            yield sim.wait(w, "schedule", t)
         lo = task.lo
         stop = yield from self.run_steps(sim, w, task.loop, lo, self.next_stop(sim, task), sim.env.now, step)
         if stop < task.hi:  # interrupted, or a nested loop next: the rest goes back (public if needed)
@@ -658,29 +694,6 @@ class Distributed(LoopTasks):
     name = "distrib"
     summary = "adapt-l, distributing a loop evenly first when all workers appear idle"
     strategy = "distrib"
-
-    def start(self, sim, w: int, join: Join):
-        queue, threads = self.queues[w], sim.threads
-        count, t = sim.memory.read(queue.idle, w)
-        if threads == 1 or count < threads - 1:
-            yield sim.wait(w, "schedule", t)
-            yield from super().start(sim, w, join)
-            return
-        t = sim.memory.store(queue.idle, w, 0, at=t)
-        queue.period += 1
-        self.signal(sim, sim.env.now)
-        yield sim.wait(w, "split", t)
-        # Every other worker gets its even share as its own task; w keeps the first share.
-        n = sim.loops[join.loop].n
-        for k in range(1, threads):
-            u = (w + k) % threads
-            lo, hi = block(n, threads, k)
-            if hi > lo:
-                t = self.hand(sim, u, Task(LOOP, join.loop, lo, hi, join), t + sim.costs["task_create"])
-                sim.counters["tasks_created"] += 1
-        yield sim.wait(w, "create", t)
-        lo, hi = block(n, threads, 0)
-        yield from self.execute(sim, w, Task(LOOP, join.loop, lo, hi, join))
 
 
 class Offload(LoopTasks):

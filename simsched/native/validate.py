@@ -1,0 +1,115 @@
+"""Simulation against hardware: the E1 uforall sweep run natively and simulated on the calibrated host model."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..analysis.amdahl import fit_burden
+from ..engine import simulate
+from ..errors import SimschedError
+from ..machine import load_machine
+from . import NATIVE, check_threads, require, run
+
+OPENMP_SOURCE = Path(__file__).resolve().parents[2] / "benchmarks" / "omp_uforall.c"
+
+
+def durations_us(points: int, low_us: float = 1.0, high_us: float = 1000.0) -> np.ndarray:
+    """The loop durations T of the sweep, log-spaced."""
+    return np.logspace(np.log10(low_us), np.log10(high_us), points)
+
+
+def _median_loop_ns(loop_ns) -> float:
+    # The first loop of a run pays for waking the threads and first touches: EPCC discards it.
+    times = np.asarray(loop_ns, dtype=float)
+    return float(np.median(times[1:] if times.size > 1 else times))
+
+
+def openmp_times(threads: int, n: int, t_us: np.ndarray, repeat: int) -> np.ndarray | None:
+    """Median loop ns of the host OpenMP runtime's static schedule per T, or None without an OpenMP compiler."""
+    compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if compiler is None or not OPENMP_SOURCE.is_file():
+        return None
+    with tempfile.TemporaryDirectory() as folder:
+        binary = Path(folder) / "omp_uforall"
+        built = subprocess.run([compiler, "-O2", "-fopenmp", str(OPENMP_SOURCE), "-o", str(binary)],
+                               capture_output=True, text=True)
+        if built.returncode != 0:
+            return None
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": "active",
+               "OMP_PROC_BIND": "close", "OMP_PLACES": "threads"}
+        medians = []
+        for t in t_us:
+            out = subprocess.run([str(binary), str(n), f"{t * 1e3 / n:.3f}", str(repeat + 1), "static"],
+                                 capture_output=True, text=True, env=env, timeout=120)
+            if out.returncode != 0:
+                return None
+            medians.append(_median_loop_ns([float(x) for x in out.stdout.split()]))
+        return np.asarray(medians)
+
+
+def validate(machine="machines/host.toml", threads: int | None = None, points: int = 10, repeat: int = 21,
+             schedulers=None, openmp: bool = True) -> pd.DataFrame:
+    """Per scheduler: native and simulated burden d and the error of the simulated loop times.
+
+    The sweep is E1's uforall: 10 iterations per thread, T log-spaced from 1 us to 1 ms,
+    each loop run ``repeat`` times (median, first loop discarded). ``median_abs_error`` is
+    the median over T of |simulated - native| / native loop time.
+    """
+    require()
+    model = load_machine(machine)
+    threads = threads if threads is not None else model.cores
+    check_threads(threads)
+    model.check_threads(threads)
+    n = 10 * threads
+    t_us = durations_us(points)
+    rows = []
+    reference = None
+    for name in schedulers or list(NATIVE):
+        native_ns, sim_ns = [], []
+        for t in t_us:
+            workload = f"uforall:n={n},total_us={t:.6g}"
+            native_ns.append(_median_loop_ns(run(name, workload, threads, repeat=repeat + 1).loop_ns))
+            sim_ns.append(_median_loop_ns(simulate(model, name, workload, threads, repeat=5).loop_ns))
+        rows.append(_row(name, threads, t_us, np.asarray(native_ns), np.asarray(sim_ns)))
+        if name == "omp-static":
+            reference = np.asarray(sim_ns)
+    if openmp:
+        omp = openmp_times(threads, n, t_us, repeat)
+        if omp is not None:
+            if reference is None:
+                reference = np.asarray([_median_loop_ns(simulate(model, "omp-static", f"uforall:n={n},total_us={t:.6g}",
+                                                                  threads, repeat=5).loop_ns) for t in t_us])
+            rows.append(_row("host-openmp-static", threads, t_us, omp, reference))
+    return pd.DataFrame(rows)
+
+
+def _row(name, threads, t_us, native_ns, sim_ns) -> dict:
+    native_fit = fit_burden(t_us, t_us * 1e3 / native_ns, threads)
+    sim_fit = fit_burden(t_us, t_us * 1e3 / sim_ns, threads)
+    error = np.abs(sim_ns - native_ns) / native_ns
+    return {"scheduler": name, "threads": threads, "native_d_us": native_fit.d_us, "sim_d_us": sim_fit.d_us,
+            "median_abs_error": float(np.median(error)), "max_abs_error": float(error.max()),
+            "native_loop_us": [round(x / 1e3, 3) for x in native_ns],
+            "sim_loop_us": [round(x / 1e3, 3) for x in sim_ns], "t_us": [round(x, 3) for x in t_us]}
+
+
+def format_validation(table: pd.DataFrame) -> str:
+    lines = [f"{'scheduler':<20} {'P':>3} {'native d (us)':>14} {'sim d (us)':>11} {'median err':>11} {'max err':>8}"]
+    for row in table.itertuples(index=False):
+        lines.append(f"{row.scheduler:<20} {row.threads:>3} {row.native_d_us:14.3f} {row.sim_d_us:11.3f} "
+                     f"{100 * row.median_abs_error:10.1f}% {100 * row.max_abs_error:7.1f}%")
+    return "\n".join(lines)
+
+
+def check_machine_file(path: str | Path) -> Path:
+    path = Path(path)
+    if not path.is_file():
+        raise SimschedError(f"no machine file {path}: measure this machine first with simsched native calibrate")
+    return path

@@ -32,14 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="simulate one parallel loop")
     run.add_argument("--machine", required=True, help="built-in machine name or machine TOML file")
-    run.add_argument("--scheduler", required=True, help="scheduler spec, e.g. omp-guided:chunk=2")
-    run.add_argument("--threads", required=True, type=_integer, help="number of workers")
-    run.add_argument("--workload", required=True, help="workload spec, e.g. exp-dec:n=1000000")
-    run.add_argument("--seed", type=_integer, default=0, help="seed of the run's random generator")
-    run.add_argument("--repeat", type=_integer, default=1,
-                     help="run the loop this many times back to back (EPCC style)")
-    run.add_argument("--json", action="store_true", help="print one JSON object")
-    run.add_argument("--chunks", metavar="FILE.csv", help="write the chunk table (worker, loop, lo, hi, start, end)")
+    _loop_arguments(run, "run the loop this many times back to back (EPCC style)")
 
     machines = sub.add_parser("machines", help="list built-in machines, or describe one")
     machines.add_argument("name", nargs="?", help="machine name or TOML file")
@@ -77,15 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     native = sub.add_parser("native", help="run schedulers on this machine's threads, or measure this machine")
     native_sub = native.add_subparsers(dest="native_command", metavar="NATIVE_COMMAND", parser_class=_Parser)
     native_run = native_sub.add_parser("run", help="run one loop on pinned threads of this machine")
-    native_run.add_argument("--scheduler", required=True, help="scheduler spec (the natively implemented ones)")
-    native_run.add_argument("--threads", required=True, type=_integer, help="number of threads (<= CPUs)")
-    native_run.add_argument("--workload", required=True, help="workload spec")
-    native_run.add_argument("--seed", type=_integer, default=0, help="seed of the workload's costs")
-    native_run.add_argument("--repeat", type=_integer, default=1,
-                            help="run the loop this many times; report the median and its spread")
+    _loop_arguments(native_run, "run the loop this many times; report the median and its spread")
     native_run.add_argument("--timeout", type=float, default=60.0, help="stop the threads after this many s")
-    native_run.add_argument("--json", action="store_true", help="print one JSON object")
-    native_run.add_argument("--chunks", metavar="FILE.csv", help="write the measured chunk table")
     native_replay = native_sub.add_parser("replay", help="run exactly the chunks of a simulated schedule on "
                                                          "this machine's threads, and compare their times")
     native_replay.add_argument("result", help="the chunk table a simulation wrote with simsched run --chunks")
@@ -107,6 +93,17 @@ def build_parser() -> argparse.ArgumentParser:
     native_cal.add_argument("--threads", type=_integer, help="CPUs to measure (default: all available)")
     native_cal.add_argument("--rounds", type=_integer, default=20000, help="ping-pong round trips per core pair")
     return parser
+
+
+def _loop_arguments(parser, repeat_help: str) -> None:
+    """The arguments ``run`` and ``native run`` share: what loop to run, how, and what to print."""
+    parser.add_argument("--scheduler", required=True, help="scheduler spec, e.g. omp-guided:chunk=2")
+    parser.add_argument("--threads", required=True, type=_integer, help="number of workers")
+    parser.add_argument("--workload", required=True, help="workload spec, e.g. exp-dec:n=1000000")
+    parser.add_argument("--seed", type=_integer, default=0, help="seed of the run's random generator")
+    parser.add_argument("--repeat", type=_integer, default=1, help=repeat_help)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--chunks", metavar="FILE.csv", help="write the chunk table (worker, loop, lo, hi, start, end)")
 
 
 def _version() -> str:

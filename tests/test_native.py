@@ -15,7 +15,8 @@ from simsched.result import CHUNK_COLUMNS
 needs_native = pytest.mark.skipif(not native.available(), reason="native runtime not built")
 THREADS = min(2, len(native.cores()))
 SCHEDULERS = ["omp-static", "omp-static:barrier=central", "omp-static:chunk=3", "fg-tree", "fg-central",
-              "fg-tree-full", "omp-dynamic:chunk=2", "omp-guided", "stealing:chunk=2"]
+              "fg-tree-full", "omp-dynamic:chunk=2", "omp-guided", "stealing:chunk=2", "ich", "ich:eps=0.5",
+              "hybrid"]
 
 
 def test_without_the_extension_native_mode_says_so_in_one_line(monkeypatch, capsys):
@@ -58,6 +59,16 @@ def test_dynamic_claims_one_chunk_at_a_time():
     assert len(r.chunks) == 20
     assert (r.chunks["hi"] - r.chunks["lo"] == 5).all()
     assert r.counters["claims"] == 20 + THREADS and r.counters["failed_claims"] == THREADS
+
+
+@needs_native
+def test_hybrid_claims_every_partition_once():
+    r = native.run("hybrid", "uforall:n=640,cost_ns=200", THREADS, repeat=2)
+    partitions = 1 << (THREADS - 1).bit_length()
+    # Each loop: R successful claims, and a worker gives up after at most log2 R + 1 failed ones.
+    successes = r.counters["claims"] - r.counters["failed_claims"]
+    assert successes == 2 * partitions
+    assert r.counters["failed_claims"] <= 2 * THREADS * (partitions.bit_length() + 1)
 
 
 @needs_native

@@ -33,6 +33,8 @@ NATIVE = {
     "omp-dynamic": ("dynamic", True, True, None),
     "omp-guided": ("guided", True, True, None),
     "stealing": ("stealing", True, True, None),
+    "ich": ("ich", True, True, None),
+    "hybrid": ("hybrid", True, True, "tree"),
 }
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -65,8 +67,8 @@ def check_threads(threads: int) -> list[int]:
     return cpus[:threads]
 
 
-def native_config(scheduler) -> tuple[str, str, bool, bool, int]:
-    """How the native runtime runs ``scheduler``: (share, barrier, fork full, join full, chunk)."""
+def native_config(scheduler, n: int = 0, threads: int = 1) -> tuple[str, str, bool, bool, int]:
+    """How the native runtime runs ``scheduler`` on ``n`` iterations: (share, barrier, fork full, join full, chunk)."""
     share, fork_full, join_full, barrier = NATIVE.get(scheduler.name, (None,) * 4)
     if share is None:
         raise SimschedError(f"native mode runs {', '.join(NATIVE)}; not {scheduler.name}")
@@ -77,6 +79,8 @@ def native_config(scheduler) -> tuple[str, str, bool, bool, int]:
             raise SimschedError("native mode has central and tree barriers, not dissemination")
         barrier = "central" if kind == "central" else "tree"
     chunk = int(scheduler.params.get("chunk", 0) or 0)
+    if share == "hybrid":  # partitions split into grains as a cilk_for would: min(2048, N / 8P)
+        chunk = max(1, min(2048, n // (8 * threads)))
     return share, barrier, fork_full, join_full, chunk
 
 
@@ -88,7 +92,7 @@ def run(scheduler, workload, threads: int, seed: int = 0, repeat: int = 1,
 
     require()
     sched = get_scheduler(scheduler)
-    share, barrier, fork_full, join_full, chunk = native_config(sched)
+    native_config(sched)
     cpus = check_threads(threads)
     if isinstance(repeat, bool) or not isinstance(repeat, (int, np.integer)) or repeat < 1:
         raise SimschedError(f"repeat must be an integer >= 1, got {repeat!r}")
@@ -98,9 +102,10 @@ def run(scheduler, workload, threads: int, seed: int = 0, repeat: int = 1,
     costs = np.ascontiguousarray(spec.costs(np.random.default_rng(seed)), dtype=np.float64)
     if costs.size >= 2**31:
         raise SimschedError("native mode runs loops of fewer than 2**31 iterations")
+    share, barrier, fork_full, join_full, chunk = native_config(sched, costs.size, threads)
     try:
         trace = _native.run(costs.tobytes(), int(repeat), list(cpus), share, barrier, fork_full, join_full,
-                            chunk, float(timeout_s))
+                            chunk, float(timeout_s), b"", b"", float(sched.params.get("eps", 0.33)))
     except TimeoutError as exc:  # the watchdog stopped the threads
         raise SimschedError(f"{exc} (raise --timeout for longer loops)") from None
     if not trace["pinned"]:

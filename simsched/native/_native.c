@@ -45,7 +45,7 @@ static inline void cpu_relax(void)
 
 /* ---- runs ------------------------------------------------------------------------------ */
 
-enum { SHARE_STATIC, SHARE_DYNAMIC, SHARE_GUIDED, SHARE_STEALING, SHARE_REPLAY };
+enum { SHARE_STATIC, SHARE_DYNAMIC, SHARE_GUIDED, SHARE_STEALING, SHARE_REPLAY, SHARE_ICH, SHARE_HYBRID };
 enum { BARRIER_CENTRAL, BARRIER_TREE };
 
 typedef struct { int64_t loop, lo, hi; double start, end; } chunk_rec;
@@ -54,12 +54,14 @@ typedef struct {
     chunk_rec *recs;
     size_t count, cap;
     double compute, schedule, sync;
-    long chunks, claims, failed_claims, steals, steal_attempts;
+    long chunks, claims, failed_claims, steals, steal_attempts, d_halved, d_doubled;
     int out_of_memory;
     /* Barrier episodes this worker has been through (all workers go through the same ones). */
     long arrive_epoch, release_epoch;
     int sense;
     int64_t cursor;   /* replay: the worker's next planned chunk */
+    uint64_t rng;     /* random victims (xorshift) */
+    long ich_k, ich_d, ich_reported;   /* iCh: iterations done, divisor, k last added to the total */
 } worker_state;
 
 typedef struct run run_t;
@@ -81,6 +83,12 @@ struct run {
     padded ready, started;      /* the start: every thread up and pinned before the clock starts */
     /* replay: each worker's chunks (loop, lo, hi) in order, worker w's from plan_start[w] to plan_start[w+1] */
     const int64_t *plan, *plan_start;
+    double eps;                 /* iCh: band around the mean progress */
+    padded ich_total;           /* iCh: sum of every thread's k, so mu = total / P */
+    padded *ich_d, *ich_k;      /* iCh: each thread's divisor and progress, read by its thieves */
+    padded *claimed;            /* hybrid: claim flags of the R partitions */
+    padded claims_left;         /* hybrid: partitions not claimed yet */
+    int partitions;             /* hybrid: R, the smallest power of two >= P */
 };
 
 #define CHECK_ABORT(r) do { if (atomic_load_explicit(&(r)->abort_flag, memory_order_relaxed)) pthread_exit(NULL); } while (0)
@@ -175,44 +183,162 @@ static inline uint64_t pack(long lo, long hi) { return ((uint64_t)lo << 32) | (u
 static void prepare(run_t *r)
 {
     atomic_store(&r->next.v, 0);
-    if (r->share == SHARE_STEALING)
-        for (int w = 0; w < r->threads; w++) {
-            long lo = (long)w * r->n / r->threads, hi = (long)(w + 1) * r->n / r->threads;
+    int P = r->threads;
+    if (r->share == SHARE_STEALING || r->share == SHARE_ICH)
+        for (int w = 0; w < P; w++) {
+            long lo = (long)w * r->n / P, hi = (long)(w + 1) * r->n / P;
             atomic_store(&r->ranges[w].v, (long)pack(lo, hi));
         }
+    if (r->share == SHARE_ICH) {
+        atomic_store(&r->ich_total.v, 0);
+        for (int w = 0; w < P; w++) {
+            r->ws[w].ich_k = r->ws[w].ich_reported = 0;
+            r->ws[w].ich_d = P;
+            atomic_store(&r->ich_d[w].v, P);
+            atomic_store(&r->ich_k[w].v, 0);
+        }
+    }
+    if (r->share == SHARE_HYBRID) {
+        for (int i = 0; i < r->partitions; i++) atomic_store(&r->claimed[i].v, 0);
+        for (int w = 0; w < P; w++) atomic_store(&r->ranges[w].v, 0);
+        atomic_store(&r->claims_left.v, r->partitions);
+    }
 }
 
-static int take_own(run_t *r, int w, long *lo, long *hi)
+static inline long range_lo(long packed) { return (long)((uint64_t)packed >> 32); }
+static inline long range_hi(long packed) { return (long)((uint64_t)packed & 0xffffffffu); }
+
+/* The owner takes the front of its range: ``chunk`` iterations, or |range| / d for iCh. */
+static int take_own(run_t *r, worker_state *s, int w, long *lo, long *hi)
 {
     atomic_long *range = &r->ranges[w].v;
     long cur = atomic_load(range);
     for (;;) {
-        long a = (long)((uint64_t)cur >> 32), b = (long)((uint64_t)cur & 0xffffffffu);
+        long a = range_lo(cur), b = range_hi(cur);
         if (a >= b) return 0;
-        long take = b - a < r->chunk ? b - a : r->chunk;
+        long take = r->share == SHARE_ICH ? (b - a) / s->ich_d : r->chunk;
+        if (take < 1) take = 1;
+        if (take > b - a) take = b - a;
         if (atomic_compare_exchange_weak(range, &cur, (long)pack(a + take, b))) { *lo = a; *hi = a + take; return 1; }
     }
 }
 
-static int steal_half(run_t *r, worker_state *s, int w, long *lo, long *hi)
+static inline int random_victim(worker_state *s, int w, int threads)
 {
-    for (int k = 1; k < r->threads; k++) {
-        int v = (w + k) % r->threads;
-        atomic_long *range = &r->ranges[v].v;
-        long cur = atomic_load(range);
-        s->steal_attempts++;
-        for (;;) {
-            long a = (long)((uint64_t)cur >> 32), b = (long)((uint64_t)cur & 0xffffffffu);
-            if (b - a < 2) break;
-            long half = (b - a) / 2;
-            if (atomic_compare_exchange_weak(range, &cur, (long)pack(a, b - half))) {
-                *lo = b - half; *hi = b;
-                s->steals++;
-                return 1;
+    uint64_t x = s->rng;
+    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+    s->rng = x;
+    int v = (int)(x % (uint64_t)(threads - 1));
+    return v + (v >= w);
+}
+
+/* One attempt on ``v``: take the back half of its range. */
+static int steal_from(run_t *r, worker_state *s, int v, long *lo, long *hi)
+{
+    atomic_long *range = &r->ranges[v].v;
+    long cur = atomic_load(range);
+    s->steal_attempts++;
+    for (;;) {
+        long a = range_lo(cur), b = range_hi(cur);
+        if (b - a < 2) return 0;
+        long half = (b - a) / 2;
+        if (atomic_compare_exchange_weak(range, &cur, (long)pack(a, b - half))) {
+            *lo = b - half; *hi = b;
+            s->steals++;
+            if (r->share == SHARE_ICH) {   /* average progress and divisor with the victim */
+                s->ich_k = (s->ich_k + atomic_load_explicit(&r->ich_k[v].v, memory_order_relaxed)) / 2;
+                s->ich_d = (s->ich_d + atomic_load(&r->ich_d[v].v)) / 2;
+                if (s->ich_d < 1) s->ich_d = 1;
             }
+            return 1;
         }
     }
+}
+
+/* Random victims until P - 1 attempts in a row fail, then one sweep over all the others in order. */
+static int steal_half(run_t *r, worker_state *s, int w, long *lo, long *hi)
+{
+    int P = r->threads;
+    if (P < 2) return 0;
+    for (int k = 1; k < P; k++)
+        if (steal_from(r, s, random_victim(s, w, P), lo, hi)) return 1;
+    for (int k = 1; k < P; k++)
+        if (steal_from(r, s, (w + k) % P, lo, hi)) return 1;
     return 0;
+}
+
+/* iCh: after a chunk, classify against the mean progress and adapt the divisor. */
+static void ich_adapt(run_t *r, worker_state *s, int w, long done)
+{
+    s->ich_k += done;
+    long total = atomic_fetch_add(&r->ich_total.v, s->ich_k - s->ich_reported) + (s->ich_k - s->ich_reported);
+    s->ich_reported = s->ich_k;
+    double mu = (double)total / r->threads, delta = r->eps * mu;
+    if (s->ich_k < mu - delta) {
+        if (s->ich_d > 1) s->ich_d /= 2;
+        s->d_halved++;
+    } else if (s->ich_k > mu + delta) {
+        s->ich_d = 2 * s->ich_d < r->n ? 2 * s->ich_d : r->n;   /* beyond n no chunk gets smaller */
+        s->d_doubled++;
+    }
+    atomic_store_explicit(&r->ich_d[w].v, s->ich_d, memory_order_relaxed);
+    atomic_store_explicit(&r->ich_k[w].v, s->ich_k, memory_order_relaxed);
+}
+
+/* Own range, then steals, until nothing is left to steal. */
+static void run_stealing(run_t *r, int w, worker_state *s, int loop)
+{
+    long lo, hi;
+    for (;;) {
+        if (take_own(r, s, w, &lo, &hi)) {
+            run_chunk(r, s, loop, lo, hi);
+            if (r->share == SHARE_ICH) ich_adapt(r, s, w, hi - lo);
+            continue;
+        }
+        if (!steal_half(r, s, w, &lo, &hi)) return;
+        atomic_store(&r->ranges[w].v, (long)pack(lo, hi));
+    }
+}
+
+/* hybrid: claim partition r by fetch-or; run it from the own range, stealable by halves. */
+static int claim_and_run(run_t *r, int w, worker_state *s, int loop, int part)
+{
+    s->claims++;
+    if (atomic_fetch_or(&r->claimed[part].v, 1)) { s->failed_claims++; return 0; }
+    atomic_fetch_sub(&r->claims_left.v, 1);
+    long lo = (long)part * r->n / r->partitions, hi = (long)(part + 1) * r->n / r->partitions;
+    atomic_store(&r->ranges[w].v, (long)pack(lo, hi));
+    long a, b;
+    while (take_own(r, s, w, &a, &b)) run_chunk(r, s, loop, a, b);
+    return 1;
+}
+
+/* DoHybridLoop(w): claim partitions in XOR order, skipping by the lowest set bit after a failure. */
+static void hybrid_loop(run_t *r, int w, worker_state *s, int loop)
+{
+    if (!claim_and_run(r, w, s, loop, w)) return;
+    for (int i = 1; i < r->partitions;) {
+        if (claim_and_run(r, w, s, loop, i ^ w)) i++;
+        else i += i & -i;
+    }
+}
+
+static void run_hybrid(run_t *r, int w, worker_state *s, int loop)
+{
+    long lo, hi;
+    hybrid_loop(r, w, s, loop);
+    for (;;) {
+        /* A thief first starts its own claiming loop if its partition is still unclaimed. */
+        if (!atomic_load(&r->claimed[w].v)) { hybrid_loop(r, w, s, loop); continue; }
+        if (steal_half(r, s, w, &lo, &hi)) {
+            atomic_store(&r->ranges[w].v, (long)pack(lo, hi));
+            long a, b;
+            while (take_own(r, s, w, &a, &b)) run_chunk(r, s, loop, a, b);
+            continue;
+        }
+        if (atomic_load(&r->claims_left.v) == 0) return;
+        CHECK_ABORT(r);
+    }
 }
 
 static void share(run_t *r, int w, worker_state *s, int loop)
@@ -258,11 +384,11 @@ static void share(run_t *r, int w, worker_state *s, int loop)
         }
         break;
     case SHARE_STEALING:
-        for (;;) {
-            if (take_own(r, w, &lo, &hi)) { run_chunk(r, s, loop, lo, hi); continue; }
-            if (!steal_half(r, s, w, &lo, &hi)) break;
-            atomic_store(&r->ranges[w].v, (long)pack(lo, hi));
-        }
+    case SHARE_ICH:
+        run_stealing(r, w, s, loop);
+        break;
+    case SHARE_HYBRID:
+        run_hybrid(r, w, s, loop);
         break;
     }
 }
@@ -337,7 +463,7 @@ static int run_threads(int threads, const int *cpus, void *(*body)(void *), void
     return status;
 }
 
-static const char *SHARES[] = {"static", "dynamic", "guided", "stealing", "replay", NULL};
+static const char *SHARES[] = {"static", "dynamic", "guided", "stealing", "replay", "ich", "hybrid", NULL};
 static const char *BARRIERS[] = {"central", "tree", NULL};
 
 static int lookup(const char *name, const char **names)
@@ -359,11 +485,12 @@ static PyObject *native_run(PyObject *self, PyObject *args)
 {
     Py_buffer costs, plan = {0}, plan_start = {0};
     int loops, fork_full, join_full, chunk;
+    double eps = 0.33;
     const char *share_name, *barrier_name;
     PyObject *cpu_list;
     double timeout_s;
-    if (!PyArg_ParseTuple(args, "y*iO!sspp" "id|y*y*", &costs, &loops, &PyList_Type, &cpu_list, &share_name,
-                          &barrier_name, &fork_full, &join_full, &chunk, &timeout_s, &plan, &plan_start))
+    if (!PyArg_ParseTuple(args, "y*iO!sspp" "id|y*y*d", &costs, &loops, &PyList_Type, &cpu_list, &share_name,
+                          &barrier_name, &fork_full, &join_full, &chunk, &timeout_s, &plan, &plan_start, &eps))
         return NULL;
     PyObject *result = NULL;
     run_t r;
@@ -376,7 +503,13 @@ static PyObject *native_run(PyObject *self, PyObject *args)
     r.ranges = aligned_alloc(LINE, (size_t)threads * sizeof(padded));
     r.arrived = aligned_alloc(LINE, (size_t)threads * sizeof(padded));
     r.released = aligned_alloc(LINE, (size_t)threads * sizeof(padded));
-    if (!cpus || !wargs || !r.ws || !r.loop_end || !r.ranges || !r.arrived || !r.released) {
+    r.ich_d = aligned_alloc(LINE, (size_t)threads * sizeof(padded));
+    r.ich_k = aligned_alloc(LINE, (size_t)threads * sizeof(padded));
+    r.partitions = 1;
+    while (r.partitions < threads) r.partitions *= 2;
+    r.claimed = aligned_alloc(LINE, (size_t)r.partitions * sizeof(padded));
+    if (!cpus || !wargs || !r.ws || !r.loop_end || !r.ranges || !r.arrived || !r.released || !r.ich_d
+        || !r.ich_k || !r.claimed) {
         PyErr_NoMemory();
         goto done;
     }
@@ -385,6 +518,9 @@ static PyObject *native_run(PyObject *self, PyObject *args)
         atomic_init(&r.ranges[w].v, 0);
         atomic_init(&r.arrived[w].v, 0);
         atomic_init(&r.released[w].v, 0);
+        atomic_init(&r.ich_d[w].v, threads);
+        atomic_init(&r.ich_k[w].v, 0);
+        r.ws[w].rng = 0x9E3779B97F4A7C15ull * (uint64_t)(w + 1);
         wargs[w] = (worker_arg){&r, w};
     }
     if (PyErr_Occurred()) goto done;
@@ -397,6 +533,7 @@ static PyObject *native_run(PyObject *self, PyObject *args)
     r.fork_full = fork_full;
     r.join_full = join_full;
     r.chunk = chunk > 0 ? chunk : (r.share == SHARE_STATIC ? 0 : 1);
+    r.eps = eps;
     if (r.share < 0 || r.barrier < 0 || threads < 1 || r.n < 1) {
         PyErr_SetString(PyExc_ValueError, "native run: bad share, barrier, thread count or empty loop");
         goto done;
@@ -447,30 +584,31 @@ static PyObject *native_run(PyObject *self, PyObject *args)
     double *state = malloc((size_t)threads * 3 * sizeof *state);
     if (!all || !workers || !state) { free(all); free(workers); free(state); PyErr_NoMemory(); goto done; }
     size_t k = 0;
-    long chunks = 0, claims = 0, failed = 0, steals = 0, attempts = 0;
+    long chunks = 0, claims = 0, failed = 0, steals = 0, attempts = 0, halved = 0, doubled = 0;
     for (int w = 0; w < threads; w++) {
         worker_state *s = &r.ws[w];
         for (size_t i = 0; i < s->count; i++, k++) { all[k] = s->recs[i]; workers[k] = w; }
         state[3 * w] = s->compute; state[3 * w + 1] = s->schedule; state[3 * w + 2] = s->sync;
         chunks += s->chunks; claims += s->claims; failed += s->failed_claims;
-        steals += s->steals; attempts += s->steal_attempts;
+        steals += s->steals; attempts += s->steal_attempts; halved += s->d_halved; doubled += s->d_doubled;
     }
     PyObject *ends = PyList_New(loops);
     for (int i = 0; ends && i < loops; i++) PyList_SET_ITEM(ends, i, PyFloat_FromDouble(r.loop_end[i]));
     long phases = (long)loops * ((fork_full ? 2 : 1) + (join_full ? 2 : 1));
-    result = Py_BuildValue("{s:N,s:N,s:N,s:N,s:{s:l,s:l,s:l,s:l,s:l,s:l},s:O}",
+    result = Py_BuildValue("{s:N,s:N,s:N,s:N,s:{s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:l},s:O}",
                            "chunks", bytes_of(all, total * sizeof *all),
                            "workers", bytes_of(workers, total * sizeof *workers),
                            "state", bytes_of(state, (size_t)threads * 3 * sizeof *state),
                            "loop_end", ends,
                            "counters", "chunks", chunks, "claims", claims, "failed_claims", failed,
                            "steals", steals, "steal_attempts", attempts, "barrier_phases", phases,
+                           "d_halved", halved, "d_doubled", doubled,
                            "pinned", pinned ? Py_True : Py_False);
     free(all); free(workers); free(state);
 done:
     if (r.ws) for (int w = 0; w < threads; w++) free(r.ws[w].recs);
     free(cpus); free(wargs); free(r.ws); free(r.loop_end);
-    free(r.ranges); free(r.arrived); free(r.released);
+    free(r.ranges); free(r.arrived); free(r.released); free(r.ich_d); free(r.ich_k); free(r.claimed);
     PyBuffer_Release(&costs);
     if (plan.buf) PyBuffer_Release(&plan);
     if (plan_start.buf) PyBuffer_Release(&plan_start);

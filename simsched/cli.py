@@ -72,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     native_run = native_sub.add_parser("run", help="run one loop on pinned threads of this machine")
     _loop_arguments(native_run, "run the loop this many times; report the median and its spread")
     native_run.add_argument("--timeout", type=float, default=60.0, help="stop the threads after this many s")
+    native_run.add_argument("--array-bytes", type=_integer, default=0,
+                            help="memory kernel: each iteration strides (13) over its own array of this size")
     native_replay = native_sub.add_parser("replay", help="run exactly the chunks of a simulated schedule on "
                                                          "this machine's threads, and compare their times")
     native_replay.add_argument("result", help="the chunk table a simulation wrote with simsched run --chunks")
@@ -346,7 +348,7 @@ def cmd_native(args) -> int:
     native.check_threads(args.threads)
     chunks = _chunks_path(args.chunks)
     result = native.run(args.scheduler, args.workload, args.threads, seed=args.seed, repeat=args.repeat,
-                        timeout_s=args.timeout)
+                        timeout_s=args.timeout, array_bytes=args.array_bytes)
     _write_chunks(result, chunks)
     if args.json:
         print(json.dumps({**result.to_dict(), **native.summary(result)}))

@@ -194,3 +194,16 @@ def test_validate_without_a_calibrated_machine_is_one_clear_error(tmp_path, caps
         pytest.skip("native runtime not built")
     assert main(["native", "validate", "--machine", str(tmp_path / "absent.toml")]) == 2
     assert "simsched native calibrate" in capsys.readouterr().err
+
+
+@needs_native
+def test_memory_kernel_touches_each_iterations_array():
+    plain = native.run("omp-static", "uforall:n=32,cost_ns=0", THREADS, repeat=3)
+    touched = native.run("omp-static", "uforall:n=32,cost_ns=0", THREADS, repeat=3, array_bytes=1 << 18)
+    assert len(touched.chunks) == len(plain.chunks)
+    # 32 iterations x 32,768 strided doubles take far longer than 32 empty iterations.
+    assert min(touched.loop_ns) > 10 * max(plain.loop_ns[1:])
+    with pytest.raises(SimschedError, match="at most 2 GiB"):
+        native.run("omp-static", "uforall:n=1000", THREADS, array_bytes=1 << 22)
+    with pytest.raises(SimschedError, match="at least 8"):
+        native.run("omp-static", "uforall:n=10", THREADS, array_bytes=4)

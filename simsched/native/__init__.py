@@ -84,9 +84,17 @@ def native_config(scheduler, n: int = 0, threads: int = 1) -> tuple[str, str, bo
     return share, barrier, fork_full, join_full, chunk
 
 
+MAX_ARRAYS_BYTES = 2**31
+
+
 def run(scheduler, workload, threads: int, seed: int = 0, repeat: int = 1,
-        timeout_s: float = DEFAULT_TIMEOUT_S) -> Result:
-    """Run ``workload`` ``repeat`` times back to back on ``threads`` pinned threads under ``scheduler``."""
+        timeout_s: float = DEFAULT_TIMEOUT_S, array_bytes: int = 0) -> Result:
+    """Run ``workload`` ``repeat`` times back to back on ``threads`` pinned threads under ``scheduler``.
+
+    With ``array_bytes``, each iteration also strides over an array of its own of that size
+    (stride 13 elements modulo its size) before its busy-wait: the same iteration finds its
+    data warm on the core that ran it in the previous loop and cold elsewhere.
+    """
     from ..schedulers import get_scheduler
     from ..workloads import get_workload
 
@@ -103,9 +111,17 @@ def run(scheduler, workload, threads: int, seed: int = 0, repeat: int = 1,
     if costs.size >= 2**31:
         raise SimschedError("native mode runs loops of fewer than 2**31 iterations")
     share, barrier, fork_full, join_full, chunk = native_config(sched, costs.size, threads)
+    if isinstance(array_bytes, bool) or not isinstance(array_bytes, (int, np.integer)) or array_bytes < 0:
+        raise SimschedError(f"array bytes must be an integer >= 0, got {array_bytes!r}")
+    if array_bytes and array_bytes < 8:
+        raise SimschedError("array bytes must be 0 (no memory kernel) or at least 8 (one double)")
+    if costs.size * array_bytes > MAX_ARRAYS_BYTES:
+        raise SimschedError(f"the memory kernel would need {costs.size * array_bytes / 2**30:.1f} GiB "
+                            f"({costs.size} iterations x {array_bytes} bytes); at most 2 GiB")
     try:
         trace = _native.run(costs.tobytes(), int(repeat), list(cpus), share, barrier, fork_full, join_full,
-                            chunk, float(timeout_s), b"", b"", float(sched.params.get("eps", 0.33)))
+                            chunk, float(timeout_s), b"", b"", float(sched.params.get("eps", 0.33)),
+                            int(array_bytes) // 8)
     except TimeoutError as exc:  # the watchdog stopped the threads
         raise SimschedError(f"{exc} (raise --timeout for longer loops)") from None
     if not trace["pinned"]:

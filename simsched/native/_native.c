@@ -89,6 +89,8 @@ struct run {
     padded *claimed;            /* hybrid: claim flags of the R partitions */
     padded claims_left;         /* hybrid: partitions not claimed yet */
     int partitions;             /* hybrid: R, the smallest power of two >= P */
+    double *arrays;             /* the memory kernel's arrays, ``elems`` doubles per iteration, or NULL */
+    long elems;
 };
 
 #define CHECK_ABORT(r) do { if (atomic_load_explicit(&(r)->abort_flag, memory_order_relaxed)) pthread_exit(NULL); } while (0)
@@ -117,10 +119,23 @@ static void record(run_t *r, worker_state *s, int loop, long lo, long hi, double
 
 /* Run iterations [lo, hi): each busy-waits its cost; deadlines accumulate, so the chunk
  * takes the sum of its costs however long one clock read is. */
+/* The memory kernel: iteration i strides over its own array, stride 13 modulo its size. */
+static void touch(run_t *r, long i)
+{
+    double *a = r->arrays + (size_t)i * (size_t)r->elems;
+    long j = 0;
+    for (long k = 0; k < r->elems; k++) {
+        a[j] += 1.0;
+        j += 13;
+        if (j >= r->elems) j -= r->elems;
+    }
+}
+
 static void run_chunk(run_t *r, worker_state *s, int loop, long lo, long hi)
 {
     double start = now_ns(), deadline = start;
     for (long i = lo; i < hi; i++) {
+        if (r->arrays) touch(r, i);
         double c = r->costs[i];
         if (c <= 0) continue;
         deadline += c;
@@ -486,11 +501,13 @@ static PyObject *native_run(PyObject *self, PyObject *args)
     Py_buffer costs, plan = {0}, plan_start = {0};
     int loops, fork_full, join_full, chunk;
     double eps = 0.33;
+    long elems = 0;
     const char *share_name, *barrier_name;
     PyObject *cpu_list;
     double timeout_s;
-    if (!PyArg_ParseTuple(args, "y*iO!sspp" "id|y*y*d", &costs, &loops, &PyList_Type, &cpu_list, &share_name,
-                          &barrier_name, &fork_full, &join_full, &chunk, &timeout_s, &plan, &plan_start, &eps))
+    if (!PyArg_ParseTuple(args, "y*iO!sspp" "id|y*y*dl", &costs, &loops, &PyList_Type, &cpu_list, &share_name,
+                          &barrier_name, &fork_full, &join_full, &chunk, &timeout_s, &plan, &plan_start, &eps,
+                          &elems))
         return NULL;
     PyObject *result = NULL;
     run_t r;
@@ -534,6 +551,12 @@ static PyObject *native_run(PyObject *self, PyObject *args)
     r.join_full = join_full;
     r.chunk = chunk > 0 ? chunk : (r.share == SHARE_STATIC ? 0 : 1);
     r.eps = eps;
+    if (elems > 0) {
+        r.elems = elems;
+        r.arrays = malloc((size_t)r.n * (size_t)elems * sizeof(double));
+        if (!r.arrays) { PyErr_NoMemory(); goto done; }
+        memset(r.arrays, 0, (size_t)r.n * (size_t)elems * sizeof(double));   /* fault the pages in now */
+    }
     if (r.share < 0 || r.barrier < 0 || threads < 1 || r.n < 1) {
         PyErr_SetString(PyExc_ValueError, "native run: bad share, barrier, thread count or empty loop");
         goto done;
@@ -609,6 +632,7 @@ done:
     if (r.ws) for (int w = 0; w < threads; w++) free(r.ws[w].recs);
     free(cpus); free(wargs); free(r.ws); free(r.loop_end);
     free(r.ranges); free(r.arrived); free(r.released); free(r.ich_d); free(r.ich_k); free(r.claimed);
+    free(r.arrays);
     PyBuffer_Release(&costs);
     if (plan.buf) PyBuffer_Release(&plan);
     if (plan_start.buf) PyBuffer_Release(&plan_start);

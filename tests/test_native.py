@@ -207,3 +207,11 @@ def test_memory_kernel_touches_each_iterations_array():
         native.run("omp-static", "uforall:n=1000", THREADS, array_bytes=1 << 22)
     with pytest.raises(SimschedError, match="at least 8"):
         native.run("omp-static", "uforall:n=10", THREADS, array_bytes=4)
+
+
+def test_median_confidence_interval_brackets_the_median():
+    from simsched.native.validate import median_ci
+
+    times = [999.0] + list(range(1, 22))          # the first loop is discarded
+    lo, hi = median_ci(times)
+    assert lo <= np.median(range(1, 22)) <= hi and lo >= 1 and hi <= 21

@@ -25,10 +25,24 @@ def durations_us(points: int, low_us: float = 1.0, high_us: float = 1000.0) -> n
     return np.logspace(np.log10(low_us), np.log10(high_us), points)
 
 
-def _median_loop_ns(loop_ns) -> float:
+def _kept(loop_ns) -> np.ndarray:
     # The first loop of a run pays for waking the threads and first touches: EPCC discards it.
     times = np.asarray(loop_ns, dtype=float)
-    return float(np.median(times[1:] if times.size > 1 else times))
+    return times[1:] if times.size > 1 else times
+
+
+def _median_loop_ns(loop_ns) -> float:
+    return float(np.median(_kept(loop_ns)))
+
+
+def median_ci(loop_ns) -> tuple[float, float]:
+    """A distribution-free 95% confidence interval of the median loop time (order statistics)."""
+    times = np.sort(_kept(loop_ns))
+    n = times.size
+    half = 1.96 * np.sqrt(n) / 2
+    lo = int(max(np.floor(n / 2 - half), 0))
+    hi = int(min(np.ceil(n / 2 + half), n - 1))
+    return float(times[lo]), float(times[hi])
 
 
 def openmp_times(threads: int, n: int, t_us: np.ndarray, repeat: int) -> np.ndarray | None:
@@ -59,8 +73,9 @@ def validate(machine="machines/host.toml", threads: int | None = None, points: i
     """Per scheduler: native and simulated burden d and the error of the simulated loop times.
 
     The sweep is E1's uforall: 10 iterations per thread, T log-spaced from 1 us to 1 ms,
-    each loop run ``repeat`` times (median, first loop discarded). ``median_abs_error`` is
-    the median over T of |simulated - native| / native loop time.
+    each loop run ``repeat`` times (median and its 95% confidence interval, first loop
+    discarded). ``median_abs_error`` is the median over T of |simulated - native| / native
+    loop time.
     """
     require()
     model = load_machine(machine)
@@ -72,12 +87,16 @@ def validate(machine="machines/host.toml", threads: int | None = None, points: i
     rows = []
     reference = None
     for name in schedulers or list(NATIVE):
-        native_ns, sim_ns = [], []
+        native_ns, sim_ns, ci = [], [], []
         for t in t_us:
             workload = f"uforall:n={n},total_us={t:.6g}"
-            native_ns.append(_median_loop_ns(run(name, workload, threads, repeat=repeat + 1).loop_ns))
+            measured = run(name, workload, threads, repeat=repeat + 1).loop_ns
+            native_ns.append(_median_loop_ns(measured))
+            ci.append(median_ci(measured))
             sim_ns.append(_median_loop_ns(simulate(model, name, workload, threads, repeat=5).loop_ns))
-        rows.append(_row(name, threads, t_us, np.asarray(native_ns), np.asarray(sim_ns)))
+        row = _row(name, threads, t_us, np.asarray(native_ns), np.asarray(sim_ns))
+        row["native_ci_us"] = [[round(lo / 1e3, 3), round(hi / 1e3, 3)] for lo, hi in ci]
+        rows.append(row)
         if name == "omp-static":
             reference = np.asarray(sim_ns)
     if openmp:
@@ -94,7 +113,8 @@ def _row(name, threads, t_us, native_ns, sim_ns) -> dict:
     native_fit = fit_burden(t_us, t_us * 1e3 / native_ns, threads)
     sim_fit = fit_burden(t_us, t_us * 1e3 / sim_ns, threads)
     error = np.abs(sim_ns - native_ns) / native_ns
-    return {"scheduler": name, "threads": threads, "native_d_us": native_fit.d_us, "sim_d_us": sim_fit.d_us,
+    return {"scheduler": name, "threads": threads, "native_d_us": native_fit.d_us,
+            "native_d_ci_us": native_fit.d_ci_us, "sim_d_us": sim_fit.d_us,
             "median_abs_error": float(np.median(error)), "max_abs_error": float(error.max()),
             "native_loop_us": [round(x / 1e3, 3) for x in native_ns],
             "sim_loop_us": [round(x / 1e3, 3) for x in sim_ns], "t_us": [round(x, 3) for x in t_us]}

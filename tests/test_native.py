@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import simsched.native as native
@@ -215,3 +216,64 @@ def test_median_confidence_interval_brackets_the_median():
     times = [999.0] + list(range(1, 22))          # the first loop is discarded
     lo, hi = median_ci(times)
     assert lo <= np.median(range(1, 22)) <= hi and lo >= 1 and hi <= 21
+
+
+@needs_native
+@pytest.mark.parametrize("array_bytes", [8, 16, 40, 56, 104, 96])
+def test_memory_kernel_stays_inside_small_arrays(array_bytes):
+    r = native.run("omp-static", "uforall:n=3,cost_ns=0", 1, repeat=3, array_bytes=array_bytes)
+    assert len(r.chunks) == 3
+
+
+@needs_native
+def test_watchdog_stops_a_run_that_never_waits():
+    # One thread and empty iterations: no wait ever spins, and the bound must still hold.
+    with pytest.raises(SimschedError, match="time bound"):
+        native.run("omp-static", "uforall:n=1000000,cost_ns=0", 1, repeat=1000, timeout_s=0.3)
+
+
+@needs_native
+@pytest.mark.parametrize("scheduler", ["hybrid", "omp-static:barrier=central", "stealing"])
+def test_each_workers_states_fit_inside_the_makespan(scheduler):
+    for seed in range(5):
+        r = native.run(scheduler, "exp-dec:n=2000", THREADS, seed=seed, repeat=6)
+        busy = r.state_ns["compute"] + r.state_ns["schedule"] + r.state_ns["sync"]
+        assert (busy <= r.makespan_ns * (1 + 1e-9)).all()
+        assert sum(r.loop_ns) == pytest.approx(r.makespan_ns)
+
+
+@needs_native
+@pytest.mark.parametrize("args, message", [
+    (["run", "--scheduler", "omp-dynamic:chunk=3000000000", "--threads", "1", "--workload", "uforall:n=10"],
+     "chunk must be an integer"),
+    (["run", "--scheduler", "omp-static", "--threads", "1", "--workload", "uforall:n=10", "--repeat", "3000000000"],
+     "repeat must be an integer"),
+    (["run", "--scheduler", "omp-static", "--threads", "1", "--workload", "uforall:n=10", "--seed", "-1"],
+     "seed must be an integer"),
+    (["run", "--scheduler", "omp-static", "--threads", "1", "--workload", "uforall:n=10", "--timeout", "nan"],
+     "timeout must be"),
+    (["run", "--scheduler", "omp-static", "--threads", "1", "--workload", "uforall:n=3000000000"],
+     "at most 2147483647 iterations"),
+    (["calibrate", "--rounds", "0"], "rounds must be an integer"),
+])
+def test_bad_native_input_is_one_line(args, message, capsys, tmp_path):
+    if args[0] == "calibrate":
+        args = args + ["--out", str(tmp_path / "host.toml")]
+    assert main(["native", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+
+
+@needs_native
+def test_replay_refuses_malformed_chunk_tables():
+    from simsched import simulate
+
+    chunks = simulate("haswell-e5-2695v3", "omp-static", "uforall:n=4", 1).chunks
+    backwards = pd.concat([chunks, pd.DataFrame([{"worker": 0, "loop": 0, "lo": 2, "hi": 0,
+                                                  "start": 0.0, "end": 1.0}])])
+    with pytest.raises(SimschedError, match="lo >= hi"):
+        native.replay(backwards, "uforall:n=4")
+    with pytest.raises(SimschedError, match="integers"):
+        native.replay(chunks.assign(worker=0.5), "uforall:n=4")
+    with pytest.raises(SimschedError, match="timeout"):
+        native.replay(chunks, "uforall:n=4", timeout_s=0)

@@ -37,6 +37,31 @@ NATIVE = {
     "hybrid": ("hybrid", True, True, "tree"),
 }
 DEFAULT_TIMEOUT_S = 60.0
+MAX_REPEAT = 1_000_000
+INT32 = 2**31 - 1
+
+
+def _check_integer(name: str, value, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
+        raise SimschedError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+    return int(value)
+
+
+def _check_timeout(timeout_s) -> float:
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < float("inf"):
+        raise SimschedError(f"timeout must be a finite number of seconds > 0, got {timeout_s!r}")
+    return float(timeout_s)
+
+
+def _costs(spec, seed: int) -> np.ndarray:
+    """The workload's costs for ``seed``, refusing loops the runtime cannot index before drawing them."""
+    _check_integer("seed", seed, 0, 2**63 - 1)
+    if spec.params.get("n", 0) > INT32:
+        raise SimschedError(f"native mode runs loops of at most {INT32} iterations")
+    costs = np.ascontiguousarray(spec.costs(np.random.default_rng(seed)), dtype=np.float64)
+    if costs.size > INT32:
+        raise SimschedError(f"native mode runs loops of at most {INT32} iterations")
+    return costs
 
 
 def available() -> bool:
@@ -78,7 +103,7 @@ def native_config(scheduler, n: int = 0, threads: int = 1) -> tuple[str, str, bo
         if kind == "dissemination":
             raise SimschedError("native mode has central and tree barriers, not dissemination")
         barrier = "central" if kind == "central" else "tree"
-    chunk = int(scheduler.params.get("chunk", 0) or 0)
+    chunk = _check_integer("chunk", int(scheduler.params.get("chunk", 0) or 0), 0, INT32)
     if share == "hybrid":  # partitions split into grains as a cilk_for would: min(2048, N / 8P)
         chunk = max(1, min(2048, n // (8 * threads)))
     return share, barrier, fork_full, join_full, chunk
@@ -102,14 +127,10 @@ def run(scheduler, workload, threads: int, seed: int = 0, repeat: int = 1,
     sched = get_scheduler(scheduler)
     native_config(sched)
     cpus = check_threads(threads)
-    if isinstance(repeat, bool) or not isinstance(repeat, (int, np.integer)) or repeat < 1:
-        raise SimschedError(f"repeat must be an integer >= 1, got {repeat!r}")
-    if not timeout_s > 0:
-        raise SimschedError(f"timeout must be > 0 s, got {timeout_s!r}")
+    repeat = _check_integer("repeat", repeat, 1, MAX_REPEAT)
+    timeout_s = _check_timeout(timeout_s)
     spec = get_workload(workload)
-    costs = np.ascontiguousarray(spec.costs(np.random.default_rng(seed)), dtype=np.float64)
-    if costs.size >= 2**31:
-        raise SimschedError("native mode runs loops of fewer than 2**31 iterations")
+    costs = _costs(spec, seed)
     share, barrier, fork_full, join_full, chunk = native_config(sched, costs.size, threads)
     if isinstance(array_bytes, bool) or not isinstance(array_bytes, (int, np.integer)) or array_bytes < 0:
         raise SimschedError(f"array bytes must be an integer >= 0, got {array_bytes!r}")
@@ -177,8 +198,22 @@ def replay(chunks: pd.DataFrame, workload, seed: int = 0, threads: int | None = 
         raise SimschedError(f"the chunk table lacks column {missing[0]!r}: is it one written by --chunks?")
     if chunks.empty:
         raise SimschedError("the chunk table is empty")
+    timeout_s = _check_timeout(timeout_s)
     spec = get_workload(workload)
-    costs = np.ascontiguousarray(spec.costs(np.random.default_rng(seed)), dtype=np.float64)
+    costs = _costs(spec, seed)
+    for column in ("worker", "loop", "lo", "hi"):
+        values = pd.to_numeric(chunks[column], errors="coerce")
+        if values.isna().any() or (values != np.floor(values)).any() or (values < 0).any():
+            raise SimschedError(f"the chunk table's {column!r} column must hold integers >= 0")
+    for column in ("start", "end"):
+        if pd.to_numeric(chunks[column], errors="coerce").isna().any():
+            raise SimschedError(f"the chunk table's {column!r} column must hold numbers")
+    if (chunks["lo"] >= chunks["hi"]).any():
+        raise SimschedError("the chunk table has a chunk with lo >= hi")
+    if chunks["loop"].max() >= MAX_REPEAT:
+        raise SimschedError(f"the chunk table has more than {MAX_REPEAT} loops")
+    chunks = chunks.astype({"worker": np.int64, "loop": np.int64, "lo": np.int64, "hi": np.int64,
+                            "start": float, "end": float})
     plan = chunks.sort_values(["worker", "loop", "start"], kind="stable")
     workers = plan["worker"].to_numpy(dtype=np.int64)
     threads = int(workers.max()) + 1 if threads is None else threads

@@ -61,6 +61,7 @@ typedef struct {
     int sense;
     int64_t cursor;   /* replay: the worker's next planned chunk */
     uint64_t rng;     /* random victims (xorshift) */
+    double exit;      /* when it left the last loop's join */
     long ich_k, ich_d, ich_reported;   /* iCh: iterations done, divisor, k last added to the total */
 } worker_state;
 
@@ -126,13 +127,13 @@ static void touch(run_t *r, long i)
     long j = 0;
     for (long k = 0; k < r->elems; k++) {
         a[j] += 1.0;
-        j += 13;
-        if (j >= r->elems) j -= r->elems;
+        j = (j + 13) % r->elems;
     }
 }
 
 static void run_chunk(run_t *r, worker_state *s, int loop, long lo, long hi)
 {
+    CHECK_ABORT(r);   /* also where no wait spins: one thread, empty iterations */
     double start = now_ns(), deadline = start;
     for (long i = lo; i < hi; i++) {
         if (r->arrays) touch(r, i);
@@ -423,6 +424,7 @@ static void *worker_main(void *p)
         spin_until_at_least(r, &r->started.v, 1);
     }
     for (int loop = 0; loop < r->loops; loop++) {
+        CHECK_ABORT(r);
         double t = now_ns();
         if (w == 0) prepare(r);
         if (r->fork_full) full_barrier(r, w, s); else release_half(r, w, s, loop);
@@ -436,6 +438,7 @@ static void *worker_main(void *p)
         double joined = now_ns();
         s->sync += joined - ended;
         if (w == 0) r->loop_end[loop] = joined - r->t0;
+        s->exit = joined - r->t0;
     }
     atomic_fetch_add(&r->finished, 1);
     return NULL;
@@ -470,7 +473,7 @@ static int run_threads(int threads, const int *cpus, void *(*body)(void *), void
     double deadline = now_ns() + timeout_s * 1e9;
     while (status == 0 && atomic_load(finished) < threads) {
         if (now_ns() > deadline) { atomic_store(abort_flag, 1); status = 1; break; }
-        struct timespec nap = {0, 200000};
+        struct timespec nap = {0, 5000000};   /* the watcher wakes rarely: it shares the CPUs */
         nanosleep(&nap, NULL);
     }
     for (int i = 0; i < started; i++) pthread_join(ids[i], NULL);
@@ -615,6 +618,9 @@ static PyObject *native_run(PyObject *self, PyObject *args)
         chunks += s->chunks; claims += s->claims; failed += s->failed_claims;
         steals += s->steals; attempts += s->steal_attempts; halved += s->d_halved; doubled += s->d_doubled;
     }
+    /* With a full join the others leave the last barrier after the master: the run ends with the last. */
+    for (int w = 0; w < threads && loops > 0; w++)
+        if (r.ws[w].exit > r.loop_end[loops - 1]) r.loop_end[loops - 1] = r.ws[w].exit;
     PyObject *ends = PyList_New(loops);
     for (int i = 0; ends && i < loops; i++) PyList_SET_ITEM(ends, i, PyFloat_FromDouble(r.loop_end[i]));
     long phases = (long)loops * ((fork_full ? 2 : 1) + (join_full ? 2 : 1));
@@ -768,6 +774,16 @@ typedef struct {
 
 typedef struct { wakeup_t *u; int side; } wakeup_arg;
 
+/* Wait on the condition for at most 100 ms, so an abort is noticed. */
+static void timed_wait(wakeup_t *u)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 100000000;
+    if (until.tv_nsec >= 1000000000) { until.tv_sec++; until.tv_nsec -= 1000000000; }
+    pthread_cond_timedwait(&u->cond, &u->lock, &until);
+}
+
 static void *wakeup_side(void *v)
 {
     wakeup_arg *a = v;
@@ -775,7 +791,10 @@ static void *wakeup_side(void *v)
     for (int i = 1; i <= u->rounds; i++) {
         if (a->side == 1) {          /* the sleeper: block until round i is posted */
             pthread_mutex_lock(&u->lock);
-            while (u->posted < i) pthread_cond_wait(&u->cond, &u->lock);
+            while (u->posted < i) {
+                if (atomic_load(&u->abort_flag)) { pthread_mutex_unlock(&u->lock); return NULL; }
+                timed_wait(u);
+            }
             u->latency += now_ns() - u->sent;
             u->seen = i;
             pthread_cond_signal(&u->cond);
@@ -787,7 +806,10 @@ static void *wakeup_side(void *v)
             u->posted = i;
             u->sent = now_ns();
             pthread_cond_signal(&u->cond);
-            while (u->seen < i) pthread_cond_wait(&u->cond, &u->lock);
+            while (u->seen < i) {
+                if (atomic_load(&u->abort_flag)) { pthread_mutex_unlock(&u->lock); return NULL; }
+                timed_wait(u);
+            }
             pthread_mutex_unlock(&u->lock);
         }
     }

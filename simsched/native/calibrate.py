@@ -36,6 +36,8 @@ def measure(threads: int | None = None, rounds: int = 20000, progress=print) -> 
     from . import _native, cores
 
     require()
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= 10_000_000:
+        raise SimschedError(f"rounds must be an integer in [1, 10000000], got {rounds!r}")
     cpus = check_threads(threads if threads is not None else len(cores()))
     p = len(cpus)
     progress(f"ping-pong over {p * (p - 1) // 2} core pair(s), {rounds} round trips each")
@@ -120,7 +122,11 @@ def calibrate(out: str | Path, threads: int | None = None, rounds: int = 20000, 
         raise SimschedError(f"--out {out} is a folder; give a file name such as {out / 'host.toml'}")
     if not out.parent.exists():
         raise SimschedError(f"--out: folder {out.parent} does not exist")
-    text = machine_text(measure(threads, rounds, progress), command or "simsched native calibrate")
+    try:
+        measured = measure(threads, rounds, progress)
+    except TimeoutError as exc:  # a probe's own time bound
+        raise SimschedError(f"calibration stopped: {exc}") from None
+    text = machine_text(measured, command or "simsched native calibrate")
     partial = out.with_name(out.name + ".partial")
     partial.write_text(text, encoding="utf-8")
     try:

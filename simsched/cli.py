@@ -230,15 +230,20 @@ def cmd_sweep(args) -> int:
     return 0
 
 
-def _published_for(results_path: Path) -> tuple[dict[str, float] | None, str]:
+def _saved_experiment(results_path: Path):
+    """The experiment.toml a sweep saved beside its results, parsed, or None."""
     from .sweep import load_experiment
 
     folder = results_path if results_path.is_dir() else results_path.parent
     config = folder / "experiment.toml"
-    if config.is_file():
-        experiment = load_experiment(config)
-        return (experiment.published_d_us or None), experiment.source
-    return None, ""
+    return load_experiment(config) if config.is_file() else None
+
+
+def _published_for(results_path: Path) -> tuple[dict[str, float] | None, str]:
+    experiment = _saved_experiment(results_path)
+    if experiment is None:
+        return None, ""
+    return (experiment.published_d_us or None), experiment.source
 
 
 def cmd_fit(args) -> int:
@@ -262,14 +267,12 @@ def cmd_fit(args) -> int:
 
 def cmd_rank(args) -> int:
     from .analysis.ranking import format_ranking, rank_methods
-    from .sweep import load_experiment, read_table
+    from .sweep import read_table
 
     path = Path(args.results)
     frame = read_table(path)
-    folder = path if path.is_dir() else path.parent
-    spec = {}
-    if (folder / "experiment.toml").is_file():
-        spec = load_experiment(folder / "experiment.toml").rank or {}
+    experiment = _saved_experiment(path)
+    spec = (experiment.rank if experiment else None) or {}
     baseline = args.baseline or spec.get("baseline")
     if not baseline:
         raise SimschedError("no baseline: give --baseline SPEC or run rank on a sweep whose config has [rank]")
@@ -280,15 +283,6 @@ def cmd_rank(args) -> int:
     else:
         print(format_ranking(table, spec.get("highlight")))
     return 0
-
-
-def _section(results_path: Path, name: str) -> dict | None:
-    """Section ``name`` of the experiment.toml saved beside a sweep's results, if any."""
-    from .sweep import load_experiment
-
-    folder = results_path if results_path.is_dir() else results_path.parent
-    config = folder / "experiment.toml"
-    return getattr(load_experiment(config), name) if config.is_file() else None
 
 
 def _chunks_path(path: str | None) -> Path | None:
@@ -397,7 +391,8 @@ def cmd_breakdown(args) -> int:
 
     path = Path(args.results)
     frame = read_table(path)
-    spec = _section(path, "breakdown") or {}
+    experiment = _saved_experiment(path)
+    spec = (experiment.breakdown if experiment else None) or {}
     table = breakdown_table(frame, args.baseline or spec.get("baseline", "lbs"))
     if args.json:
         print(table.to_json(orient="records"))
@@ -408,13 +403,12 @@ def cmd_breakdown(args) -> int:
 
 def cmd_plot(args) -> int:
     from .analysis.plots import plot_ranking, plot_speedup
-    from .sweep import load_experiment, read_table
+    from .sweep import read_table
 
     path = Path(args.results)
     frame = read_table(path)
     folder = path if path.is_dir() else path.parent
-    config = folder / "experiment.toml"
-    experiment = load_experiment(config) if config.is_file() else None
+    experiment = _saved_experiment(path)
     rank = experiment.rank if experiment else None
     breakdown = experiment.breakdown if experiment else None
     default = "breakdown.png" if breakdown else "speedup.png"

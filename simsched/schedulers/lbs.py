@@ -18,6 +18,7 @@ iteration: with one task per iteration (offload, cellss) nothing is serialized.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
 
 import numpy as np
@@ -108,12 +109,11 @@ def take(tasks: deque, count: int, from_left: bool) -> list[Task]:
 class Run:
     """A worker's current stretch of steps (iterations, or task creations), interruptible at step boundaries."""
 
-    __slots__ = ("loop", "lo", "hi", "start", "step_ns", "compute", "every", "event", "stop")
+    __slots__ = ("loop", "lo", "stop", "start", "step_ns", "compute", "every", "event")
 
-    def __init__(self, loop, lo, hi, start, step_ns, compute, every, event):
-        self.loop, self.lo, self.hi, self.start = loop, lo, hi, start
+    def __init__(self, loop, lo, stop, start, step_ns, compute, every, event):
+        self.loop, self.lo, self.stop, self.start = loop, lo, stop, start   # stop: where it ends now
         self.step_ns, self.compute, self.every, self.event = step_ns, compute, every, event
-        self.stop = hi
 
 
 class LoopTasks(Scheduler):
@@ -597,9 +597,10 @@ class LoopTasks(Scheduler):
         """Where a run of ``task`` must stop: its end, or just after the next iteration with a nested loop."""
         children = sim.children.get(task.loop)
         if children:
-            for i in range(task.lo, task.hi):
-                if i in children:
-                    return i + 1
+            nested = list(children)   # the engine lists them in iteration order
+            k = bisect_left(nested, task.lo)
+            if k < len(nested) and nested[k] < task.hi:
+                return nested[k] + 1
         return task.hi
 
     def nested(self, sim, w: int, index: int):
@@ -763,12 +764,11 @@ class CellSs(LoopTasks):
 
     def setup(self, sim) -> None:
         super().setup(sim)
-        self.master_free = 0.0      # when the master is done with its previous request
         self.position = 0           # index into the program of the loop being handed out
         self.handed = 0             # iterations of that loop handed out
         self.join = Join(sim, sim.program[0], 0)
         self.loop_started = sim.env.event()
-        self.master_free = sim.costs["loop_setup"]
+        self.master_free = sim.costs["loop_setup"]   # when the master is free for the next request
 
     def worker(self, sim, w: int):
         while not self.finished:

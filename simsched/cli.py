@@ -41,8 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
     sweep = sub.add_parser("sweep", help="run an experiment grid from a TOML config")
     sweep.add_argument("config", help="experiment TOML file")
     sweep.add_argument("--out", help="output folder (default: results/<experiment name>)")
-    sweep.add_argument("--jobs", type=_integer, default=0, help="worker processes (default: all cores)")
+    sweep.add_argument("--jobs", type=_integer, help="local worker processes (default: all cores)")
+    sweep.add_argument("--dask", metavar="ADDRESS",
+                       help="run the points on a Dask cluster: a scheduler's tcp://HOST:PORT, or local:N workers")
     sweep.add_argument("--format", choices=("csv", "parquet"), default="csv", help="results table format")
+    sweep.add_argument("--force", action="store_true",
+                       help="replace the sweep files of another experiment in --out instead of refusing")
+    sweep.add_argument("--retry-failed", action="store_true", help="when resuming, run failed points again")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
 
     fit = sub.add_parser("fit", help="fit the scheduling burden d per (machine, scheduler, threads)")
@@ -130,9 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     except MemoryError:
         print("simsched: error: out of memory (is the loop or a parameter far too large?)", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print("simsched: interrupted", file=sys.stderr)
-        return 130
+        return 128 + getattr(exc, "signum", 2)
     except BrokenPipeError:
         return 0
 
@@ -182,22 +187,37 @@ def cmd_machines(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from .sweep import load_experiment, run_sweep, save_experiment, write_table
+    from .errors import Interrupted
+    from .sweep import load_experiment, run_sweep
 
+    if args.jobs is not None and args.jobs < 1:
+        raise SimschedError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.jobs is not None and args.dask:
+        raise SimschedError("--jobs and --dask exclude each other: a Dask cluster has its own workers")
     experiment = load_experiment(args.config)
     out = Path(args.out) if args.out else Path("results") / experiment.name
-    if out.exists() and not out.is_dir():
-        raise SimschedError(f"--out {out} exists and is not a folder")
-    frame = run_sweep(experiment, jobs=args.jobs or None, progress=not args.quiet and sys.stderr.isatty())
-    table_path = write_table(frame, out / f"results.{args.format}")
-    save_experiment(experiment, out)
+    try:
+        frame = run_sweep(experiment, jobs=args.jobs, progress=not args.quiet and sys.stderr.isatty(), out=out,
+                          fmt=args.format, dask=args.dask, force=args.force, retry_failed=args.retry_failed)
+    except Interrupted as stop:
+        print(f"simsched: interrupted: {len(stop.frame)} of {len(experiment.points)} points saved in {out}; "
+              "run the same command again to compute the rest", file=sys.stderr)
+        return 128 + stop.signum
+    table_path = frame.attrs["table"]
     failed = int((frame["error"] != "").sum())
+    lost = frame.attrs["lost"]
     wall = frame["wall_s"].sum()
+    before = frame.attrs["saved_before"]
     print(f"{experiment.name}: {len(frame)} runs ({failed} failed), {wall:.1f} s of simulation -> {table_path}")
+    print(f"  {before} already saved, {len(experiment.points) - before - lost} run now")
     if failed:
         first = frame[frame["error"] != ""].iloc[0]
-        print(f"  first failure: {first['scheduler']} on {first['machine']} with {first['threads']} threads: "
-              f"{first['error']}")
+        print(f"simsched: {failed} of {len(frame)} points failed; their errors are in the 'error' column of "
+              f"{table_path} (first: {first['scheduler']} on {first['machine']} with {first['threads']} threads: "
+              f"{first['error']})", file=sys.stderr)
+    if lost:
+        print(f"simsched: {lost} points were lost with their workers; run the same command again to compute them",
+              file=sys.stderr)
     if experiment.rank and failed < len(frame):
         from .analysis.ranking import format_ranking, rank_methods
 
@@ -227,7 +247,7 @@ def cmd_sweep(args) -> int:
         print(format_burden_table(table))
         if experiment.source:
             print(f"published: {experiment.source}")
-    return 0
+    return 1 if failed or lost else 0
 
 
 def _saved_experiment(results_path: Path):

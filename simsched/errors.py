@@ -7,3 +7,11 @@ class SimschedError(Exception):
 
 class ExecutionError(SimschedError):
     """A simulated run broke an invariant (an iteration ran zero or several times)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Work stopped by a signal (SIGINT or SIGTERM); the command exits with 128 + the signal number."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum

@@ -9,10 +9,9 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import shutil
 import time
 import tomllib
-from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .errors import SimschedError
+from .errors import Interrupted, SimschedError
 from .spec import format_spec, parse_spec
 
 AXES = ("machine", "scheduler", "threads", "workload", "seed", "repeat")
@@ -68,12 +67,11 @@ def parse_experiment(data: dict[str, Any], source: str = "<config>", path: Path 
     for key in meta:
         if key not in _EXPERIMENT_KEYS:
             raise SimschedError(f"{source}: unknown key experiment.{key}")
-    name = meta.get("name", Path(source).stem)
-    if not isinstance(name, str) or not name.strip():
-        raise SimschedError(f"{source}: experiment.name must be a non-empty string")
+    name = _check_name(meta.get("name", Path(source).stem), source)
     if "grid" not in data:
         raise SimschedError(f"{source}: missing section [grid]")
     points = expand_grid(data["grid"], source)
+    schedulers = list(dict.fromkeys(p["scheduler"] for p in points))
     fit = data.get("fit", {})
     for key in fit:
         if key not in _FIT_KEYS:
@@ -82,16 +80,35 @@ def parse_experiment(data: dict[str, Any], source: str = "<config>", path: Path 
     if not isinstance(published, dict):
         raise SimschedError(f"{source}: fit.published_d_us must be a table of scheduler = d")
     for sched, value in published.items():
+        _check_in_grid(sched, schedulers, f"{source}: fit.published_d_us")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise SimschedError(f"{source}: fit.published_d_us.{sched} must be a number > 0, got {value!r}")
-    return Experiment(name=name.strip(), description=str(meta.get("description", "")), points=points,
+    return Experiment(name=name, description=str(meta.get("description", "")), points=points,
                       published_d_us={k: float(v) for k, v in published.items()},
                       source=str(fit.get("source", "")), path=path,
-                      rank=_rank_section(data.get("rank"), source),
+                      rank=_rank_section(data.get("rank"), source, points),
                       breakdown=_breakdown_section(data.get("breakdown"), source))
 
 
-def _rank_section(rank: dict[str, Any] | None, source: str) -> dict[str, Any] | None:
+def _check_name(name: Any, source: str) -> str:
+    """An experiment name names the results folder, so it must be a plain name, never a path."""
+    if not isinstance(name, str) or not name.strip():
+        raise SimschedError(f"{source}: experiment.name must be a non-empty string")
+    name = name.strip()
+    if name in (".", "..") or any(c in "/\\" or ord(c) < 32 for c in name):
+        raise SimschedError(f"{source}: experiment.name must be a plain name, without path separators "
+                            f"or '..', got {name!r}")
+    return name
+
+
+def _check_in_grid(scheduler: str, schedulers: list[str], where: str) -> None:
+    """Refuse a section key naming a scheduler the grid never runs (a typo would silently match nothing)."""
+    if scheduler not in schedulers:
+        raise SimschedError(f"{where}: {scheduler!r} is not a scheduler of the grid "
+                            f"(the grid has {', '.join(schedulers)})")
+
+
+def _rank_section(rank: dict[str, Any] | None, source: str, points: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Validate the optional [rank] section: which methods to compare against which baseline."""
     if rank is None:
         return None
@@ -107,6 +124,16 @@ def _rank_section(rank: dict[str, Any] | None, source: str) -> dict[str, Any] | 
     for key in ("highlight", "published"):
         if key in rank and not isinstance(rank[key], str):
             raise SimschedError(f"{source}: rank.{key} must be a string")
+    schedulers = list(dict.fromkeys(p["scheduler"] for p in points))
+    _check_in_grid(rank["baseline"], schedulers, f"{source}: rank.baseline")
+    if "highlight" in rank:
+        methods = list(dict.fromkeys(parse_spec(s, "scheduler")[0] for s in schedulers))
+        _check_in_grid(rank["highlight"], methods, f"{source}: rank.highlight")
+    threads = sorted({p["threads"] for p in points})
+    for key in ("baseline_threads", "threads"):
+        if key in rank and rank[key] not in threads:
+            raise SimschedError(f"{source}: rank.{key} = {rank[key]} is not a thread count of the grid "
+                                f"({', '.join(map(str, threads))})")
     return {"baseline_threads": 1, **rank}
 
 
@@ -119,6 +146,13 @@ def _breakdown_section(section: dict[str, Any] | None, source: str) -> dict[str,
             raise SimschedError(f"{source}: unknown key breakdown.{key}")
         if not isinstance(value, str):
             raise SimschedError(f"{source}: breakdown.{key} must be a string")
+    if "baseline" in section:  # run on one worker by the breakdown itself, so it need not be in the grid
+        from .schedulers import get_scheduler
+
+        try:
+            get_scheduler(section["baseline"])
+        except SimschedError as exc:
+            raise SimschedError(f"{source}: breakdown.baseline: {exc}") from None
     return {"baseline": "lbs", **section}
 
 
@@ -197,8 +231,20 @@ def expand_grid(grid: dict[str, Any], source: str = "<config>") -> list[dict[str
             params[param] = point.pop(key)
             point[base] = format_spec(name, params)
         points.append({k: point[k] for k in AXES})
+    _check_unique(points, source)
     _check_specs(points, source)
     return points
+
+
+def _check_unique(points: list[dict[str, Any]], source: str) -> None:
+    """Refuse a grid that lists one run twice (e.g. a repeated seed): results are keyed by point."""
+    seen = set()
+    for point in points:
+        key = tuple(point[k] for k in AXES)
+        if key in seen:
+            described = ", ".join(f"{k}={point[k]}" for k in AXES)
+            raise SimschedError(f"{source}: the grid lists the same run twice ({described})")
+        seen.add(key)
 
 
 def _check_specs(points, source):
@@ -244,34 +290,98 @@ def run_point(point: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def run_sweep(experiment: Experiment, jobs: int | None = None, progress: bool = True) -> pd.DataFrame:
-    """Run every point of ``experiment`` over local processes; one row per run, in grid order."""
+def run_sweep(experiment: Experiment, jobs: int | None = None, progress: bool = True, *,
+              out: str | Path | None = None, fmt: str = "csv", dask: str | None = None, force: bool = False,
+              retry_failed: bool = False) -> pd.DataFrame:
+    """Run every point of ``experiment``; one row per run, in grid order.
+
+    With ``out``, each finished point is saved in that folder as it completes and a re-run of
+    the same experiment computes only the points it lacks (``retry_failed`` also re-runs the
+    ones that failed); ``force`` replaces the sweep files of whatever the folder held. The
+    points run on ``jobs`` local processes (default: all cores) or on the Dask cluster ``dask``.
+    SIGINT and SIGTERM stop the sweep with :class:`Interrupted` once the finished rows are saved.
+    """
+    from .pool import open_pool
+    from .store import ResultsFolder, experiment_fingerprint, point_id
+
+    if jobs is None:
+        jobs = os.cpu_count() or 1
     points = experiment.points
-    jobs = max(1, jobs or os.cpu_count() or 1)
-    bar = _progress(len(points), experiment.name, progress)
-    rows: list[dict[str, Any]] = [None] * len(points)  # type: ignore[list-item]
+    ids = [point_id(p) for p in points]
+    folder = ResultsFolder(out) if out is not None else None
+    done: dict[str, dict[str, Any]] = {}
+    if folder is not None:
+        folder.claim(experiment.name, experiment_fingerprint(experiment.name, ids), len(points), force)
+        folder.save_config(experiment.path)
+        done = {k: row for k, row in folder.finished().items()
+                if not (retry_failed and row.get("error"))}
+    todo = [i for i, key in enumerate(ids) if key not in done]
+    journal = folder.open_journal() if folder is not None else None
+    bar = _progress(len(points), experiment.name, progress, initial=len(points) - len(todo))
+    interrupted: Interrupted | None = None
+    lost = 0
+    pool = None
     try:
-        if jobs == 1 or len(points) == 1:
-            for i, point in enumerate(points):
-                rows[i] = run_point(point)
+        with _signals_interrupt():
+            pool = open_pool(jobs, dask)
+            for k, row in pool.run(run_point, [points[i] for i in todo]):
                 bar.update(1)
-        else:
-            with ProcessPoolExecutor(max_workers=jobs) as pool:
-                chunksize = max(1, len(points) // (jobs * 8))
-                for i, row in enumerate(pool.map(run_point, points, chunksize=chunksize)):
-                    rows[i] = row
-                    bar.update(1)
+                if row is None:
+                    lost += 1
+                    continue
+                row = {"point_id": ids[todo[k]], **row}
+                done[row["point_id"]] = row
+                if journal is not None:
+                    journal.record(row)
+    except Interrupted as exc:
+        interrupted = exc
     finally:
+        if pool is not None:
+            pool.close(kill=interrupted is not None)
         bar.close()
-    frame = pd.DataFrame(rows)
+        if journal is not None:
+            journal.close()
+    if folder is not None:
+        done = folder.finished()  # the rows exactly as saved, so a resumed sweep equals a fresh one
+    frame = pd.DataFrame([done[k] for k in ids if k in done])
     frame.insert(0, "experiment", experiment.name)
+    frame.attrs.update(points=len(points), saved_before=len(points) - len(todo), lost=lost)
+    if folder is not None:
+        frame.attrs["table"] = write_table(frame, folder.path / f"results.{fmt}")
+    if interrupted is not None:
+        interrupted.frame = frame
+        raise interrupted
     return frame
 
 
-def _progress(total, name, enabled):
+@contextmanager
+def _signals_interrupt():
+    """Turn the first SIGINT or SIGTERM into :class:`Interrupted` (later ones wait for the clean-up)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired = []
+
+    def handler(signum, frame):
+        if not fired:
+            fired.append(signum)
+            raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _progress(total, name, enabled, initial=0):
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=name, unit="run", disable=not enabled, leave=False)
+    return tqdm(total=total, initial=initial, desc=name, unit="run", disable=not enabled, leave=False)
 
 
 def write_table(frame: pd.DataFrame, path: Path) -> Path:
@@ -310,11 +420,3 @@ def read_table(path: str | Path) -> pd.DataFrame:
         return pd.read_csv(path, keep_default_na=False, na_values=[""])
     except Exception as exc:
         raise SimschedError(f"cannot read results from {path}: {exc}".splitlines()[0]) from None
-
-
-def save_experiment(experiment: Experiment, out: Path) -> None:
-    """Keep a copy of the config next to its results, so ``fit`` can find the published values."""
-    if experiment.path is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        if experiment.path.resolve() != (out / "experiment.toml").resolve():
-            shutil.copyfile(experiment.path, out / "experiment.toml")

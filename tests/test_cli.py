@@ -44,11 +44,11 @@ source = "a made-up table"
 """
 
 
-def simsched_cli(*args, cwd=None) -> subprocess.CompletedProcess:
-    """Run the console entry; insist that it succeeded without a traceback."""
+def simsched_cli(*args, cwd=None, status=0) -> subprocess.CompletedProcess:
+    """Run the console entry; insist that it exited with ``status`` without a traceback."""
     proc = subprocess.run([sys.executable, "-m", "simsched.cli", *map(str, args)],
                           capture_output=True, text=True, cwd=cwd, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == status, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc
 
@@ -155,13 +155,13 @@ def test_machines_describes_one_machine():
 
 # -- simsched sweep and fit -------------------------------------------------------------------------------
 
-def sweep_cli(tmp_path_factory, name, threads, *options):
+def sweep_cli(tmp_path_factory, name, threads, *options, status=0):
     """Run ``simsched sweep`` on the test grid with ``threads``: (process, output folder)."""
     folder = tmp_path_factory.mktemp(name)
     config = folder / "experiment.toml"
     config.write_text(EXPERIMENT.replace("THREADS", threads), encoding="utf-8")
     out = folder / "out"
-    return simsched_cli("sweep", config, "--out", out, "--quiet", *options, cwd=folder), out
+    return simsched_cli("sweep", config, "--out", out, "--quiet", *options, cwd=folder, status=status), out
 
 
 @pytest.fixture(scope="module")
@@ -172,8 +172,8 @@ def sweep(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def failing_sweep(tmp_path_factory):
-    """The same grid with threads = [8, 64] on a 28-core machine, written as Parquet."""
-    return sweep_cli(tmp_path_factory, "failing-sweep", "[8, 64]", "--jobs", "1", "--format", "parquet")
+    """The same grid with threads = [8, 64] on a 28-core machine, written as Parquet: it exits 1."""
+    return sweep_cli(tmp_path_factory, "failing-sweep", "[8, 64]", "--jobs", "1", "--format", "parquet", status=1)
 
 
 def total_us(workload: str) -> float:

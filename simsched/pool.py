@@ -1,0 +1,126 @@
+"""Where a sweep's points run: in this process, in a pool of local processes, or as tasks on a Dask cluster.
+
+Every pool yields ``(index, row)`` pairs as points finish, in whatever order they finish
+(``row`` is None for a point the cluster lost, which a re-run computes again), and can be
+stopped at once: ``close(kill=True)`` ends the points still running, so an
+interrupted sweep leaves no worker behind.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any, Callable, Iterator, Sequence
+
+from .errors import SimschedError
+
+Task = Callable[[Any], dict[str, Any]]
+
+
+def open_pool(jobs: int = 1, dask: str | None = None) -> "SerialPool | ProcessPool | DaskPool":
+    """The pool a sweep runs on: Dask when ``dask`` names a cluster, else ``jobs`` local processes."""
+    if dask is not None:
+        return DaskPool(dask)
+    if jobs < 1:
+        raise SimschedError(f"--jobs must be >= 1, got {jobs}")
+    return SerialPool() if jobs == 1 else ProcessPool(jobs)
+
+
+class SerialPool:
+    """Runs points one after another in this process (``--jobs 1``)."""
+
+    def run(self, task: Task, items: Sequence[Any]) -> Iterator[tuple[int, dict[str, Any] | None]]:
+        for index, item in enumerate(items):
+            yield index, task(item)
+
+    def close(self, kill: bool = False) -> None:
+        pass
+
+
+def _ignore_signals() -> None:
+    """In a worker process: leave SIGINT to the sweep's own process, and die at once on SIGTERM."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+class ProcessPool:
+    """Runs points in ``jobs`` local worker processes, which end with the sweep however it ends."""
+
+    def __init__(self, jobs: int):
+        from concurrent.futures import ProcessPoolExecutor
+
+        self.executor = ProcessPoolExecutor(max_workers=jobs, initializer=_ignore_signals)
+
+    def run(self, task: Task, items: Sequence[Any]) -> Iterator[tuple[int, dict[str, Any] | None]]:
+        from concurrent.futures import as_completed
+
+        from concurrent.futures.process import BrokenProcessPool
+
+        futures = {self.executor.submit(task, item): index for index, item in enumerate(items)}
+        for future in as_completed(futures):
+            try:
+                row = future.result()
+            except BrokenProcessPool:  # a worker died (e.g. killed for memory): its points are lost, not failed
+                row = None
+            yield futures[future], row
+
+    def close(self, kill: bool = False) -> None:
+        if kill:
+            # Points still running are abandoned: their rows were never written, so a re-run computes them.
+            processes = list(getattr(self.executor, "_processes", {}).values())
+            self.executor.shutdown(wait=False, cancel_futures=True)
+            for process in processes:
+                process.terminate()
+            for process in processes:
+                process.join(timeout=5)
+                if process.is_alive():
+                    process.kill()
+        else:
+            self.executor.shutdown(wait=True)
+
+
+class DaskPool:
+    """Runs points as tasks of a Dask cluster: an existing scheduler's address, or ``local:N`` workers here."""
+
+    def __init__(self, address: str):
+        try:
+            import logging
+
+            from dask.distributed import Client, LocalCluster
+        except ImportError:
+            raise SimschedError("--dask needs dask.distributed: pip install 'simsched[dask]'") from None
+        self.cluster = None
+        if address.startswith("local:"):
+            count = address.partition(":")[2]
+            if not count.isdigit() or int(count) < 1:
+                raise SimschedError(f"--dask local:N needs a number of workers >= 1, got {address!r}")
+            self.cluster = LocalCluster(n_workers=int(count), threads_per_worker=1, processes=True,
+                                        dashboard_address=None, silence_logs=logging.ERROR)
+            self.client = Client(self.cluster)
+        elif "://" in address:
+            try:
+                self.client = Client(address, timeout="10s")
+            except (OSError, TimeoutError) as exc:
+                raise SimschedError(f"--dask: cannot reach a Dask scheduler at {address}: {exc}") from None
+        else:
+            raise SimschedError(f"--dask takes a scheduler address (tcp://HOST:PORT) or local:N, got {address!r}")
+        self.futures: list = []
+
+    def run(self, task: Task, items: Sequence[Any]) -> Iterator[tuple[int, dict[str, Any] | None]]:
+        from dask.distributed import as_completed
+
+        self.futures = self.client.map(task, items, pure=False)
+        index = {future.key: i for i, future in enumerate(self.futures)}
+        for future in as_completed(self.futures):
+            i = index[future.key]
+            try:
+                row = future.result()
+            except Exception:  # the cluster lost the point (its workers kept dying), not the point's own error
+                row = None
+            yield i, row
+
+    def close(self, kill: bool = False) -> None:
+        if kill and self.futures:
+            self.client.cancel(self.futures, force=True)
+        self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()

@@ -77,8 +77,10 @@ class ResultsFolder:
         else:
             manifest = self.manifest()
             if manifest is not None and manifest["fingerprint"] != fingerprint:
+                what = ("an earlier grid of this experiment" if manifest.get("experiment") == name
+                        else "a different experiment")
                 raise SimschedError(
-                    f"{self.path} holds results of a different experiment ({manifest.get('experiment')!r}, "
+                    f"{self.path} holds results of {what} ({manifest.get('experiment')!r}, "
                     f"{manifest.get('points')} points); use another --out, or --force to replace them")
             if manifest is None and self.path.is_dir() and any(self.path.iterdir()):
                 raise SimschedError(f"{self.path} is not empty and holds no simsched sweep; "

@@ -96,6 +96,15 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def left_behind(pids: set[int], grace: float = 3.0) -> list[int]:
+    """The processes of ``pids`` still running ``grace`` seconds on (multiprocessing's resource
+    tracker leaves only when it reads the end of its dead parent's pipe)."""
+    deadline = time.monotonic() + grace
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [pid for pid in pids if alive(pid)]
+
+
 def wait_for_rows(folder: Path, rows: int, proc: subprocess.Popen, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -183,7 +192,7 @@ def test_a_signal_stops_the_sweep_keeps_what_finished_and_a_rerun_resumes(tmp_pa
     assert code == status, err
     assert seconds < 5
     assert len(workers) == 2
-    assert not [pid for pid in workers if alive(pid)]
+    assert not left_behind(workers)
     assert "points saved in results/slow; run the same command again" in err
     folder = tmp_path / "results" / "slow"
     saved = journal(folder)
@@ -270,7 +279,7 @@ def test_a_dask_sweep_survives_a_killed_worker_and_resumes_after_sigterm(tmp_pat
     (folder / "runs.jsonl").unlink()
     code, seconds, workers, err = interrupt(tmp_path, config, signal.SIGTERM, "--dask", "local:2")
     assert code == 143, err
-    assert workers and not [pid for pid in workers if alive(pid)]
+    assert workers and not left_behind(workers)
     saved = len(journal(folder))
     again = cli("sweep", config, "--dask", "local:2", cwd=tmp_path)
     assert again.returncode == 0 and f"{saved} already saved" in again.stdout

@@ -9,6 +9,7 @@ interrupted sweep leaves no worker behind.
 from __future__ import annotations
 
 import signal
+from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
 from .errors import SimschedError
@@ -78,6 +79,22 @@ class ProcessPool:
             self.executor.shutdown(wait=True)
 
 
+@contextmanager
+def _sigint_ignored():
+    """Ignore SIGINT while a local cluster starts: its processes inherit that, so a Ctrl-C reaching the
+    whole process group stops only the sweep, which then shuts the cluster down whole."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class DaskPool:
     """Runs points as tasks of a Dask cluster: an existing scheduler's address, or ``local:N`` workers here."""
 
@@ -93,8 +110,9 @@ class DaskPool:
             count = address.partition(":")[2]
             if not count.isdigit() or int(count) < 1:
                 raise SimschedError(f"--dask local:N needs a number of workers >= 1, got {address!r}")
-            self.cluster = LocalCluster(n_workers=int(count), threads_per_worker=1, processes=True,
-                                        dashboard_address=None, silence_logs=logging.ERROR)
+            with _sigint_ignored():
+                self.cluster = LocalCluster(n_workers=int(count), threads_per_worker=1, processes=True,
+                                            dashboard_address=None, silence_logs=logging.ERROR)
             self.client = Client(self.cluster)
         elif "://" in address:
             try:

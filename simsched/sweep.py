@@ -323,7 +323,8 @@ def run_sweep(experiment: Experiment, jobs: int | None = None, progress: bool = 
     pool = None
     try:
         with _signals_interrupt():
-            pool = open_pool(jobs, dask)
+            with _signals_held():
+                pool = open_pool(jobs, dask)
             for k, row in pool.run(run_point, [points[i] for i in todo]):
                 bar.update(1)
                 if row is None:
@@ -352,6 +353,22 @@ def run_sweep(experiment: Experiment, jobs: int | None = None, progress: bool = 
         interrupted.frame = frame
         raise interrupted
     return frame
+
+
+@contextmanager
+def _signals_held():
+    """Hold SIGINT and SIGTERM until the block ends, where a held one takes effect.
+
+    Processes started meanwhile (a Dask cluster's) inherit the held signals, so a Ctrl-C that
+    reaches the whole process group stops only this process, which then closes the cluster whole.
+    """
+    import signal
+
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 @contextmanager

@@ -116,15 +116,20 @@ def wait_for_rows(folder: Path, rows: int, proc: subprocess.Popen, timeout: floa
     raise AssertionError(f"fewer than {rows} points finished in {timeout} s")
 
 
-def interrupt(tmp_path: Path, config: Path, sig: int, *extra) -> tuple[int, float, set[int], str]:
-    """Start a sweep, signal its process once a few points are saved; return exit status, stop time, workers."""
+def interrupt(tmp_path: Path, config: Path, sig: int, *extra, group: bool = False) -> tuple[int, float, set[int], str]:
+    """Start a sweep, signal its process (or, like a terminal's Ctrl-C, its whole process group) once a few
+    points are saved; return exit status, stop time, workers and stderr."""
     proc = subprocess.Popen([sys.executable, "-m", "simsched.cli", "sweep", str(config), *extra],
-                            cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=group)
     try:
         wait_for_rows(tmp_path / "results" / "slow", 3, proc)
         workers = descendants(proc.pid)
         start = time.monotonic()
-        proc.send_signal(sig)
+        if group:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
         return proc.returncode, time.monotonic() - start, workers, err
     finally:
@@ -202,6 +207,17 @@ def test_a_signal_stops_the_sweep_keeps_what_finished_and_a_rerun_resumes(tmp_pa
     assert again.returncode == 0, again.stderr
     assert f"{len(saved)} already saved, {SLOW_POINTS - len(saved)} run now" in again.stdout
     check_complete(folder, SLOW_POINTS)
+
+
+@pytest.mark.parametrize("pool", [("--jobs", "2"), ("--dask", "local:2")], ids=["processes", "dask"])
+def test_a_ctrl_c_to_the_whole_process_group_stops_the_sweep_cleanly(tmp_path, pool):
+    if pool[0] == "--dask":
+        pytest.importorskip("dask.distributed")
+    code, seconds, workers, err = interrupt(tmp_path, write(tmp_path, SLOW), signal.SIGINT, *pool, group=True)
+    assert code == 130, err
+    assert "Traceback" not in err and "Error" not in err, err
+    assert err.strip().endswith("run the same command again to compute the rest")
+    assert workers and not left_behind(workers)
 
 
 def test_failed_points_make_the_sweep_fail_after_writing_everything(tmp_path):

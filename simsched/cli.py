@@ -81,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                          "this machine's threads, and compare their times")
     native_replay.add_argument("result", help="the chunk table a simulation wrote with simsched run --chunks")
     native_replay.add_argument("--workload", required=True, help="the workload spec the simulation ran")
-    native_replay.add_argument("--seed", type=_integer, default=0, help="the simulation's seed")
+    native_replay.add_argument("--seed", type=_integer, help="the simulation's seed (default: the one the table "
+                                                              "records, else 0)")
     native_replay.add_argument("--timeout", type=float, default=60.0, help="stop the threads after this many s")
     native_replay.add_argument("--out", metavar="FILE.csv", help="write every chunk's simulated and measured ns")
     native_replay.add_argument("--json", action="store_true", help="print one JSON object")
@@ -108,7 +109,8 @@ def _loop_arguments(parser, repeat_help: str) -> None:
     parser.add_argument("--seed", type=_integer, default=0, help="seed of the run's random generator")
     parser.add_argument("--repeat", type=_integer, default=1, help=repeat_help)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--chunks", metavar="FILE.csv", help="write the chunk table (worker, loop, lo, hi, start, end)")
+    parser.add_argument("--chunks", metavar="FILE.csv", help="write the chunk table (a '# simsched: {...}' line, "
+                                                             "then worker, loop, lo, hi, start_ns, end_ns)")
     parser.add_argument("--trace", metavar="FILE.json", help="write the timeline as Chrome/Perfetto trace events")
 
 
@@ -306,12 +308,11 @@ def _chunks_path(path: str | None) -> Path | None:
     return chunks
 
 
-def _write_chunks(result, chunks: Path | None) -> None:
+def _write_chunks(result, chunks: Path | None, source: str = "simulated") -> None:
+    from .chunkfile import write_chunks
+
     if chunks is not None:
-        try:
-            result.chunks.to_csv(chunks, index=False)
-        except OSError as exc:
-            raise SimschedError(f"--chunks: cannot write {chunks}: {exc.strerror or exc}") from None
+        write_chunks(result, chunks, source)
 
 
 def cmd_native(args) -> int:
@@ -354,7 +355,7 @@ def cmd_native(args) -> int:
     trace = check_trace_path(args.trace)
     result = native.run(args.scheduler, args.workload, args.threads, seed=args.seed, repeat=args.repeat,
                         timeout_s=args.timeout, array_bytes=args.array_bytes, timeline=trace is not None)
-    _write_chunks(result, chunks)
+    _write_chunks(result, chunks, "native")
     if trace is not None:
         write_trace(trace, result, kind="native")
     if args.json:
@@ -372,17 +373,23 @@ def _native_replay(args) -> int:
     import numpy as np
 
     from . import native
-    from .sweep import read_table
+    from .chunkfile import read_chunks, replay_seed
+    from .workloads import get_workload
 
     out = _chunks_path(args.out)
-    measured, table = native.replay(read_table(args.result), args.workload, seed=args.seed, timeout_s=args.timeout)
+    chunks, meta = read_chunks(args.result)
+    seed = replay_seed(meta, args.result, get_workload(args.workload), args.seed)
+    if meta is None:
+        print(f"simsched: {args.result} records no workload or seed (an older chunk table): replaying it "
+              f"with seed {seed} unchecked", file=sys.stderr)
+    measured, table = native.replay(chunks, args.workload, seed=seed, timeout_s=args.timeout)
     if out is not None:
         table.to_csv(out, index=False)
     error = (table["measured_ns"] - table["simulated_ns"]).abs() / table["simulated_ns"].where(
         table["simulated_ns"] > 0)
     figures = {"chunks": int(len(table)), "threads": measured.threads,
                "simulated_ns": float(table["simulated_ns"].sum()), "measured_ns": float(table["measured_ns"].sum()),
-               "simulated_makespan_ns": float(read_table(args.result)["end"].max()),
+               "simulated_makespan_ns": float(chunks["end"].max()),
                "measured_makespan_ns": measured.makespan_ns,
                "median_abs_chunk_error": float(np.nanmedian(error)) if error.notna().any() else None}
     if args.json:

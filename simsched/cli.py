@@ -70,8 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
     plot = sub.add_parser("plot", help="plot speedup against loop duration (or, for a [rank] experiment, "
                                        "against threads per method; for a [breakdown] one, stacked time "
                                        "bars) from sweep results")
-    plot.add_argument("results", help="results table (CSV/Parquet) or a sweep's output folder")
-    plot.add_argument("--out", help="image file (default: speedup.png beside the results)")
+    plot.add_argument("results", nargs="?", help="results table (CSV/Parquet) or a sweep's output folder")
+    plot.add_argument("--timeline", nargs="+", metavar="TRACE", help="instead, a Gantt chart of trace JSON "
+                                                                     "file(s) written by --trace")
+    plot.add_argument("--out", help="image file (default: speedup.png beside the results; for --timeline, "
+                                    "the first trace's name with .png)")
     native = sub.add_parser("native", help="run schedulers on this machine's threads, or measure this machine")
     native_sub = native.add_subparsers(dest="native_command", metavar="NATIVE_COMMAND", parser_class=_Parser)
     native_run = native_sub.add_parser("run", help="run one loop on pinned threads of this machine")
@@ -83,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                          "this machine's threads, and compare their times")
     native_replay.add_argument("result", help="the chunk table a simulation wrote with simsched run --chunks")
     native_replay.add_argument("--workload", required=True, help="the workload spec the simulation ran")
-    native_replay.add_argument("--seed", type=_integer, default=0, help="the simulation's seed")
+    native_replay.add_argument("--seed", type=_integer, help="the simulation's seed (default: the one the table "
+                                                              "records, else 0)")
     native_replay.add_argument("--timeout", type=float, default=60.0, help="stop the threads after this many s")
     native_replay.add_argument("--out", metavar="FILE.csv", help="write every chunk's simulated and measured ns")
     native_replay.add_argument("--json", action="store_true", help="print one JSON object")
@@ -110,7 +114,9 @@ def _loop_arguments(parser, repeat_help: str) -> None:
     parser.add_argument("--seed", type=_integer, default=0, help="seed of the run's random generator")
     parser.add_argument("--repeat", type=_integer, default=1, help=repeat_help)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--chunks", metavar="FILE.csv", help="write the chunk table (worker, loop, lo, hi, start, end)")
+    parser.add_argument("--chunks", metavar="FILE.csv", help="write the chunk table (a '# simsched: {...}' line, "
+                                                             "then worker, loop, lo, hi, start_ns, end_ns)")
+    parser.add_argument("--trace", metavar="FILE.json", help="write the timeline as Chrome/Perfetto trace events")
 
 
 def _version() -> str:
@@ -146,6 +152,7 @@ def cmd_run(args) -> int:
     from .engine import simulate
     from .machine import load_machine
     from .schedulers import get_scheduler
+    from .timeline import check_trace_path, write_trace
     from .workloads import get_workload
 
     machine = load_machine(args.machine)
@@ -153,8 +160,12 @@ def cmd_run(args) -> int:
     workload = get_workload(args.workload)
     machine.check_threads(args.threads)  # before --chunks is checked: the likelier mistake first
     chunks = _chunks_path(args.chunks)
-    result = simulate(machine, scheduler, workload, args.threads, seed=args.seed, repeat=args.repeat)
+    trace = check_trace_path(args.trace)
+    result = simulate(machine, scheduler, workload, args.threads, seed=args.seed, repeat=args.repeat,
+                      timeline=trace is not None)
     _write_chunks(result, chunks)
+    if trace is not None:
+        write_trace(trace, result)
     if args.json:
         print(json.dumps(result.to_dict()))
     else:
@@ -317,12 +328,11 @@ def _chunks_path(path: str | None) -> Path | None:
     return chunks
 
 
-def _write_chunks(result, chunks: Path | None) -> None:
+def _write_chunks(result, chunks: Path | None, source: str = "simulated") -> None:
+    from .chunkfile import write_chunks
+
     if chunks is not None:
-        try:
-            result.chunks.to_csv(chunks, index=False)
-        except OSError as exc:
-            raise SimschedError(f"--chunks: cannot write {chunks}: {exc.strerror or exc}") from None
+        write_chunks(result, chunks, source)
 
 
 def cmd_native(args) -> int:
@@ -355,15 +365,19 @@ def cmd_native(args) -> int:
             print(format_validation(table))
         return 0
     from .schedulers import get_scheduler
+    from .timeline import check_trace_path, write_trace
     from .workloads import get_workload
 
     native.native_config(get_scheduler(args.scheduler))
     get_workload(args.workload)
     native.check_threads(args.threads)
     chunks = _chunks_path(args.chunks)
+    trace = check_trace_path(args.trace)
     result = native.run(args.scheduler, args.workload, args.threads, seed=args.seed, repeat=args.repeat,
-                        timeout_s=args.timeout, array_bytes=args.array_bytes)
-    _write_chunks(result, chunks)
+                        timeout_s=args.timeout, array_bytes=args.array_bytes, timeline=trace is not None)
+    _write_chunks(result, chunks, "native")
+    if trace is not None:
+        write_trace(trace, result, kind="native")
     if args.json:
         print(json.dumps({**result.to_dict(), **native.summary(result)}))
     else:
@@ -379,17 +393,23 @@ def _native_replay(args) -> int:
     import numpy as np
 
     from . import native
-    from .sweep import read_table
+    from .chunkfile import read_chunks, replay_seed
+    from .workloads import get_workload
 
     out = _chunks_path(args.out)
-    measured, table = native.replay(read_table(args.result), args.workload, seed=args.seed, timeout_s=args.timeout)
+    chunks, meta = read_chunks(args.result)
+    seed = replay_seed(meta, args.result, get_workload(args.workload), args.seed)
+    if meta is None:
+        print(f"simsched: {args.result} records no workload or seed (an older chunk table): replaying it "
+              f"with seed {seed} unchecked", file=sys.stderr)
+    measured, table = native.replay(chunks, args.workload, seed=seed, timeout_s=args.timeout)
     if out is not None:
         table.to_csv(out, index=False)
     error = (table["measured_ns"] - table["simulated_ns"]).abs() / table["simulated_ns"].where(
         table["simulated_ns"] > 0)
     figures = {"chunks": int(len(table)), "threads": measured.threads,
                "simulated_ns": float(table["simulated_ns"].sum()), "measured_ns": float(table["measured_ns"].sum()),
-               "simulated_makespan_ns": float(read_table(args.result)["end"].max()),
+               "simulated_makespan_ns": float(chunks["end"].max()),
                "measured_makespan_ns": measured.makespan_ns,
                "median_abs_chunk_error": float(np.nanmedian(error)) if error.notna().any() else None}
     if args.json:
@@ -425,6 +445,10 @@ def cmd_plot(args) -> int:
     from .analysis.plots import plot_ranking, plot_speedup
     from .sweep import read_table
 
+    if args.timeline:
+        return _plot_timeline(args)
+    if args.results is None:
+        raise SimschedError("plot needs a results table or folder, or --timeline TRACE")
     path = Path(args.results)
     frame = read_table(path)
     folder = path if path.is_dir() else path.parent
@@ -447,6 +471,20 @@ def cmd_plot(args) -> int:
     else:
         plot_speedup(frame, out)
     print(out)
+    return 0
+
+
+def _plot_timeline(args) -> int:
+    from .analysis.gantt import plot_timeline
+
+    if args.results is not None:
+        raise SimschedError("plot takes either a results table or --timeline TRACE, not both")
+    out = Path(args.out) if args.out else Path(args.timeline[0]).with_suffix(".png")
+    if not out.parent.exists():
+        raise SimschedError(f"--out: folder {out.parent} does not exist")
+    if any(Path(trace).resolve() == out.resolve() for trace in args.timeline):
+        raise SimschedError(f"--out: {out} is one of the traces; name another image file")
+    print(plot_timeline(args.timeline, out))
     return 0
 
 

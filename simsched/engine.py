@@ -13,7 +13,7 @@ from .errors import ExecutionError, SimschedError
 from .loop import Loop
 from .machine import Machine, load_machine
 from .memory import Memory
-from .result import CHUNK_COLUMNS, Result
+from .result import CHUNK_COLUMNS, SEGMENT_COLUMNS, Result
 
 # Split and create are the task-pool runtimes' (lbs.py): splitting loop tasks, creating tasks.
 STATES = ("compute", "schedule", "steal", "split", "create", "sync", "idle")
@@ -22,7 +22,8 @@ STATES = ("compute", "schedule", "steal", "split", "create", "sync", "idle")
 class Simulation:
     """The state of one run: SimPy environment, modeled memory, per-worker accounting and the chunk log."""
 
-    def __init__(self, machine: Machine, threads: int, loops: Sequence[Loop] = (), seed: int = 0):
+    def __init__(self, machine: Machine, threads: int, loops: Sequence[Loop] = (), seed: int = 0,
+                 timeline: bool = False):
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise SimschedError(f"seed must be an integer >= 0, got {seed!r}")
         self.machine = machine
@@ -44,6 +45,9 @@ class Simulation:
         # A wait each worker is in (state, since), timed by ``begin``/``end``.
         self.open: list[tuple | None] = [None] * self.threads
         self._chunks: list[tuple[int, int, int, int, float, float]] = []
+        # With ``timeline``, every accounted segment outside compute (the chunk table holds those) as
+        # (worker, state, start, end); None otherwise, so that a run without a timeline stores nothing.
+        self.segments: list[tuple[int, str, float, float]] | None = [] if timeline else None
         self.load(loops)
 
     def load(self, loops: Sequence[Loop]) -> None:
@@ -68,9 +72,11 @@ class Simulation:
 
     # Workers index the memory's latency rows by worker number, since worker w sits on cores[w].
 
-    def spend(self, worker: int, state: str, ns: float) -> None:
-        """Account ``ns`` of ``worker``'s time to ``state``."""
+    def spend(self, worker: int, state: str, ns: float, start: float | None = None) -> None:
+        """Account ``ns`` of ``worker``'s time to ``state`` (from ``start``, which a timeline needs)."""
         self.time[state][worker] += ns
+        if self.segments is not None and start is not None and ns > 0:
+            self.segments.append((worker, state, start, start + ns))
 
     def begin(self, worker: int, state: str) -> None:
         """Start timing ``worker`` in ``state`` (a wait whose end is not known yet) until ``end``."""
@@ -81,6 +87,8 @@ class Simulation:
         state, since = self.open[worker]
         self.open[worker] = None
         self.time[state][worker] += self.env.now - since
+        if self.segments is not None and self.env.now > since:
+            self.segments.append((worker, state, since, self.env.now))
 
     def run_chunks(self, worker: int, loop: int, ranges, start: float) -> float:
         """Record ``worker`` running the iteration ranges back to back from ``start``; return the end time."""
@@ -112,6 +120,8 @@ class Simulation:
         self._chunks.append((worker, loop, lo, hi, start, end))
         self.time["schedule"][worker] += start - since
         self.time["compute"][worker] += work
+        if self.segments is not None and start > since:
+            self.segments.append((worker, "schedule", since, start))
         self.last[worker] = (("schedule", since, start), ("compute", start, end))
         return end
 
@@ -126,6 +136,8 @@ class Simulation:
         if when > now:
             self.time[state][worker] += when - now
             self.last[worker] = ((state, now, when),)
+            if self.segments is not None:
+                self.segments.append((worker, state, now, when))
         return self.until(when)
 
     def run(self, scheduler) -> Result:
@@ -151,6 +163,8 @@ class Simulation:
             if self.open[w] is not None:
                 state, since = self.open[w]
                 self.time[state][w] += max(makespan - since, 0.0)
+                if self.segments is not None and makespan > since:
+                    self.segments.append((w, state, since, makespan))
         idle = self.time["idle"]
         for w in range(self.threads):
             busy = sum(self.time[s][w] for s in STATES if s != "idle")
@@ -174,7 +188,28 @@ class Simulation:
             counters=dict(sorted(self.counters.items())),
             loop_ns=list(np.diff([0.0] + ends)),
             events=next(env._eid),  # SimPy numbers every scheduled event
+            segments=None if self.segments is None else segment_table(self.segments, makespan),
         )
+
+
+def segment_table(segments, makespan: float) -> pd.DataFrame:
+    """The recorded segments as a table (worker, state, start, end), cut at ``makespan`` like the state totals.
+
+    Back-to-back segments of one worker in one state merge into one, so a worker that probes
+    or spins in many short steps shows as one stretch.
+    """
+    frame = pd.DataFrame(segments, columns=SEGMENT_COLUMNS).astype({"worker": np.int64, "start": float,
+                                                                     "end": float})
+    if frame.empty:
+        return frame
+    frame["end"] = frame["end"].clip(upper=makespan)
+    frame = frame[frame["end"] > frame["start"]].sort_values(["worker", "start"], kind="stable")
+    same = ((frame["worker"] == frame["worker"].shift()) & (frame["state"] == frame["state"].shift())
+            & (frame["start"] == frame["end"].shift()))
+    group = (~same).cumsum()
+    merged = frame.groupby(group, sort=False).agg(worker=("worker", "first"), state=("state", "first"),
+                                                  start=("start", "first"), end=("end", "last"))
+    return merged.reset_index(drop=True)
 
 
 def verify_exactly_once(chunks: pd.DataFrame, sizes: Sequence[int], scheduler: str) -> None:
@@ -197,17 +232,20 @@ def verify_exactly_once(chunks: pd.DataFrame, sizes: Sequence[int], scheduler: s
                 f" ({bad.size} iteration(s) wrong)")
 
 
-def simulate(machine, scheduler, workload, threads: int, seed: int = 0, repeat: int = 1, **params) -> Result:
+def simulate(machine, scheduler, workload, threads: int, seed: int = 0, repeat: int = 1,
+             timeline: bool = False, **params) -> Result:
     """Simulate one parallel loop: ``machine``, ``scheduler`` and ``workload`` are objects or spec strings.
 
     ``repeat`` runs the same loop that many times back to back (EPCC style), so the
-    makespan includes how one loop's end overlaps the next one's start.
+    makespan includes how one loop's end overlaps the next one's start. With ``timeline``
+    the Result also holds every worker's state segments (``Result.segments``).
     """
-    return simulate_program(machine, scheduler, [workload], threads, seed=seed, repeat=repeat, **params)
+    return simulate_program(machine, scheduler, [workload], threads, seed=seed, repeat=repeat,
+                            timeline=timeline, **params)
 
 
 def simulate_program(machine, scheduler, workloads, threads: int, seed: int = 0, repeat: int = 1,
-                     **params) -> Result:
+                     timeline: bool = False, **params) -> Result:
     """Simulate a sequence of parallel loops run back to back by the same workers (``repeat`` times over)."""
     from .schedulers import get_scheduler
     from .workloads import get_workload
@@ -221,7 +259,7 @@ def simulate_program(machine, scheduler, workloads, threads: int, seed: int = 0,
     specs = [get_workload(w) for w in workloads]
     if not specs:
         raise SimschedError("a program needs at least one loop")
-    sim = Simulation(machine, threads, seed=seed)
+    sim = Simulation(machine, threads, seed=seed, timeline=timeline)
     # The run's one generator draws the costs, so the same seed gives the same loops.
     sim.load([loop for w in specs for loop in w.loops(sim.rng)] * int(repeat))
     result = sim.run(sched)

@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 
 CHUNK_COLUMNS = ["worker", "loop", "lo", "hi", "start", "end"]
+# A timeline's segments outside compute: the worker, its state, and when it entered and left it (ns).
+SEGMENT_COLUMNS = ["worker", "state", "start", "end"]
 
 
 @dataclass
@@ -28,6 +30,9 @@ class Result:
     loop_ns: list[float] = field(default_factory=list)
     events: int = 0
     repeat: int = 1
+    # Every worker's states over time (SEGMENT_COLUMNS), recorded only when a timeline was asked for;
+    # compute is in ``chunks`` and idle is what neither covers.
+    segments: pd.DataFrame | None = None
 
     @property
     def speedup(self) -> float:

@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..engine import STATES, verify_exactly_once
 from ..errors import SimschedError
-from ..result import CHUNK_COLUMNS, Result
+from ..result import CHUNK_COLUMNS, SEGMENT_COLUMNS, Result
 
 try:
     from . import _native
@@ -113,12 +113,14 @@ MAX_ARRAYS_BYTES = 2**31
 
 
 def run(scheduler, workload, threads: int, seed: int = 0, repeat: int = 1,
-        timeout_s: float = DEFAULT_TIMEOUT_S, array_bytes: int = 0) -> Result:
+        timeout_s: float = DEFAULT_TIMEOUT_S, array_bytes: int = 0, timeline: bool = False) -> Result:
     """Run ``workload`` ``repeat`` times back to back on ``threads`` pinned threads under ``scheduler``.
 
     With ``array_bytes``, each iteration also strides over an array of its own of that size
     (stride 13 elements modulo its size) before its busy-wait: the same iteration finds its
-    data warm on the core that ran it in the previous loop and cold elsewhere.
+    data warm on the core that ran it in the previous loop and cold elsewhere. With
+    ``timeline``, each worker also records when it reached and left each loop's fork and
+    join, from which ``Result.segments`` holds its sync and schedule stretches.
     """
     from ..schedulers import get_scheduler
     from ..workloads import get_workload
@@ -142,7 +144,7 @@ def run(scheduler, workload, threads: int, seed: int = 0, repeat: int = 1,
     try:
         trace = _native.run(costs.tobytes(), int(repeat), list(cpus), share, barrier, fork_full, join_full,
                             chunk, float(timeout_s), b"", b"", float(sched.params.get("eps", 0.33)),
-                            int(array_bytes) // 8)
+                            int(array_bytes) // 8, bool(timeline))
     except TimeoutError as exc:  # the watchdog stopped the threads
         raise SimschedError(f"{exc} (raise --timeout for longer loops)") from None
     if not trace["pinned"]:
@@ -166,11 +168,42 @@ def _result(trace, scheduler: str, workload: str, threads: int, seed: int, costs
                                                           measured[:, 2].copy())
     busy = state["compute"] + state["schedule"] + state["sync"]
     state["idle"] = np.maximum(makespan - busy, 0.0)
+    marks = np.frombuffer(trace.get("marks", b""), dtype="<f8")
+    segments = _segments(marks.reshape(threads, repeat, 4), chunks, makespan) if marks.size else None
     return Result(machine="host", scheduler=scheduler, workload=workload, threads=threads, seed=seed,
                   makespan_ns=makespan, sequential_ns=float(costs.sum()) * repeat, state_ns=state, chunks=chunks,
                   counters=dict(sorted(trace["counters"].items())),
                   loop_ns=[float(x) for x in np.diff([0.0] + ends)],
-                  events=0, repeat=repeat)
+                  events=0, repeat=repeat, segments=segments)
+
+
+def _segments(marks: np.ndarray, chunks: pd.DataFrame, makespan: float) -> pd.DataFrame:
+    """Each worker's sync and schedule stretches (SEGMENT_COLUMNS) from its fork and join marks.
+
+    ``marks[w, loop]`` holds when worker w reached the loop's fork, left it, reached its join
+    and left it. The runtime accounts fork and join as sync and whatever the worker does
+    between them outside its chunks (claims, steal attempts) as schedule; those gaps are
+    exactly the schedule stretches. Outside the loops a worker is idle.
+    """
+    from ..timeline import gaps
+
+    frames = []
+    for w in range(marks.shape[0]):
+        entered, begun, ended, joined = marks[w].T
+        mine = chunks[chunks["worker"] == w].sort_values("start")
+        starts = np.concatenate((entered, ended, mine["start"].to_numpy()))
+        ends = np.concatenate((begun, joined, mine["end"].to_numpy()))
+        order = np.argsort(starts, kind="stable")
+        lo, hi = gaps(starts[order], ends[order], makespan)
+        # A gap between a loop's fork and join is schedule time; any other is idle.
+        loop = np.searchsorted(begun, lo, side="right") - 1
+        inside = (loop >= 0) & (hi <= ended[np.maximum(loop, 0)])
+        frames.append(pd.DataFrame({"worker": w, "state": "sync", "start": np.concatenate((entered, ended)),
+                                    "end": np.concatenate((begun, joined))}))
+        frames.append(pd.DataFrame({"worker": w, "state": "schedule", "start": lo[inside], "end": hi[inside]}))
+    table = pd.concat(frames, ignore_index=True)
+    table = table[table["end"] > table["start"]].sort_values(["worker", "start"], kind="stable")
+    return table[SEGMENT_COLUMNS].reset_index(drop=True)
 
 
 def summary(result: Result) -> dict:

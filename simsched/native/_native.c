@@ -63,6 +63,8 @@ typedef struct {
     uint64_t rng;     /* random victims (xorshift) */
     double exit;      /* when it left the last loop's join */
     long ich_k, ich_d, ich_reported;   /* iCh: iterations done, divisor, k last added to the total */
+    double *marks;    /* timeline only: per loop, when the worker reached the fork, left it, reached the
+                       * join and left it (ns since the run began); NULL when no timeline is asked for */
 } worker_state;
 
 typedef struct run run_t;
@@ -437,6 +439,10 @@ static void *worker_main(void *p)
         if (r->join_full) full_barrier(r, w, s); else join_half(r, w, s, loop);
         double joined = now_ns();
         s->sync += joined - ended;
+        if (s->marks) {
+            double *m = s->marks + 4 * (size_t)loop;
+            m[0] = t - r->t0; m[1] = begun - r->t0; m[2] = ended - r->t0; m[3] = joined - r->t0;
+        }
         if (w == 0) r->loop_end[loop] = joined - r->t0;
         s->exit = joined - r->t0;
     }
@@ -496,21 +502,24 @@ static PyObject *bytes_of(const void *data, size_t size)
 }
 
 /* run(costs: bytes of float64, loops, cpus: list[int], share, barrier, fork_full, join_full, chunk, timeout_s,
- *     plan: bytes of int64 (loop, lo, hi) triples by worker, plan_start: bytes of int64 offsets (P + 1))
+ *     plan: bytes of int64 (loop, lo, hi) triples by worker, plan_start: bytes of int64 offsets (P + 1),
+ *     eps, elems, timeline: bool)
  * -> dict(chunks=bytes, workers=bytes, state=bytes (compute, schedule, sync per worker), loop_end=list,
- *         counters=dict, pinned=bool); the plan is only read by the "replay" share */
+ *         counters=dict, pinned=bool, marks=bytes (with timeline: P x loops x 4 doubles, else empty));
+ * the plan is only read by the "replay" share */
 static PyObject *native_run(PyObject *self, PyObject *args)
 {
     Py_buffer costs, plan = {0}, plan_start = {0};
     int loops, fork_full, join_full, chunk;
     double eps = 0.33;
     long elems = 0;
+    int timeline = 0;
     const char *share_name, *barrier_name;
     PyObject *cpu_list;
     double timeout_s;
-    if (!PyArg_ParseTuple(args, "y*iO!sspp" "id|y*y*dl", &costs, &loops, &PyList_Type, &cpu_list, &share_name,
+    if (!PyArg_ParseTuple(args, "y*iO!sspp" "id|y*y*dlp", &costs, &loops, &PyList_Type, &cpu_list, &share_name,
                           &barrier_name, &fork_full, &join_full, &chunk, &timeout_s, &plan, &plan_start, &eps,
-                          &elems))
+                          &elems, &timeline))
         return NULL;
     PyObject *result = NULL;
     run_t r;
@@ -574,6 +583,10 @@ static PyObject *native_run(PyObject *self, PyObject *args)
         if (!r.ws[w].recs) { PyErr_NoMemory(); goto done; }
         memset(r.ws[w].recs, 0, reserve * sizeof(chunk_rec));
         r.ws[w].cap = reserve;
+        if (timeline) {
+            r.ws[w].marks = calloc(4 * (size_t)(loops > 0 ? loops : 1), sizeof(double));
+            if (!r.ws[w].marks) { PyErr_NoMemory(); goto done; }
+        }
     }
     if (r.share == SHARE_REPLAY) {
         r.plan = plan.buf;
@@ -608,13 +621,18 @@ static PyObject *native_run(PyObject *self, PyObject *args)
     chunk_rec *all = malloc((total ? total : 1) * sizeof *all);
     int64_t *workers = malloc((total ? total : 1) * sizeof *workers);
     double *state = malloc((size_t)threads * 3 * sizeof *state);
-    if (!all || !workers || !state) { free(all); free(workers); free(state); PyErr_NoMemory(); goto done; }
+    size_t mark_count = timeline ? (size_t)threads * 4 * (size_t)loops : 0;
+    double *marks = malloc((mark_count ? mark_count : 1) * sizeof *marks);
+    if (!all || !workers || !state || !marks) {
+        free(all); free(workers); free(state); free(marks); PyErr_NoMemory(); goto done;
+    }
     size_t k = 0;
     long chunks = 0, claims = 0, failed = 0, steals = 0, attempts = 0, halved = 0, doubled = 0;
     for (int w = 0; w < threads; w++) {
         worker_state *s = &r.ws[w];
         for (size_t i = 0; i < s->count; i++, k++) { all[k] = s->recs[i]; workers[k] = w; }
         state[3 * w] = s->compute; state[3 * w + 1] = s->schedule; state[3 * w + 2] = s->sync;
+        if (timeline) memcpy(marks + (size_t)w * 4 * (size_t)loops, s->marks, 4 * (size_t)loops * sizeof *marks);
         chunks += s->chunks; claims += s->claims; failed += s->failed_claims;
         steals += s->steals; attempts += s->steal_attempts; halved += s->d_halved; doubled += s->d_doubled;
     }
@@ -624,7 +642,7 @@ static PyObject *native_run(PyObject *self, PyObject *args)
     PyObject *ends = PyList_New(loops);
     for (int i = 0; ends && i < loops; i++) PyList_SET_ITEM(ends, i, PyFloat_FromDouble(r.loop_end[i]));
     long phases = (long)loops * ((fork_full ? 2 : 1) + (join_full ? 2 : 1));
-    result = Py_BuildValue("{s:N,s:N,s:N,s:N,s:{s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:l},s:O}",
+    result = Py_BuildValue("{s:N,s:N,s:N,s:N,s:{s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:l},s:O,s:N}",
                            "chunks", bytes_of(all, total * sizeof *all),
                            "workers", bytes_of(workers, total * sizeof *workers),
                            "state", bytes_of(state, (size_t)threads * 3 * sizeof *state),
@@ -632,10 +650,11 @@ static PyObject *native_run(PyObject *self, PyObject *args)
                            "counters", "chunks", chunks, "claims", claims, "failed_claims", failed,
                            "steals", steals, "steal_attempts", attempts, "barrier_phases", phases,
                            "d_halved", halved, "d_doubled", doubled,
-                           "pinned", pinned ? Py_True : Py_False);
-    free(all); free(workers); free(state);
+                           "pinned", pinned ? Py_True : Py_False,
+                           "marks", bytes_of(marks, mark_count * sizeof *marks));
+    free(all); free(workers); free(state); free(marks);
 done:
-    if (r.ws) for (int w = 0; w < threads; w++) free(r.ws[w].recs);
+    if (r.ws) for (int w = 0; w < threads; w++) { free(r.ws[w].recs); free(r.ws[w].marks); }
     free(cpus); free(wargs); free(r.ws); free(r.loop_end);
     free(r.ranges); free(r.arrived); free(r.released); free(r.ich_d); free(r.ich_k); free(r.claimed);
     free(r.arrays);

@@ -479,7 +479,7 @@ class LoopTasks(Scheduler):
         if compute:
             sim.record_chunk(w, loop, lo, stop, start + steps, since=start)
         else:
-            sim.spend(w, "create", steps)
+            sim.spend(w, "create", steps, start=start)
         return stop
 
     @staticmethod

@@ -85,6 +85,7 @@ def claim_by_index(sim, w, index, line, ranges):
     """
     prefix, slow, dispatch = sim.loops[index].prefix, sim.slowdown[w], sim.costs["chunk"]
     fetch_add, env, log = sim.memory.fetch_add, sim.env, sim._chunks.append
+    mark = None if sim.segments is None else sim.segments.append
     timeout = env.timeout
     count = len(ranges)
     chunks = 0
@@ -98,6 +99,8 @@ def claim_by_index(sim, w, index, line, ranges):
         start = t + dispatch
         work = (prefix.item(hi) - prefix.item(lo)) * slow
         log((w, index, lo, hi, start, start + work))
+        if mark is not None and start > now:
+            mark((w, "schedule", now, start))
         scheduling += start - now
         busy += work
         chunks += 1

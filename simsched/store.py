@@ -68,8 +68,14 @@ class ResultsFolder:
             raise SimschedError(f"{file}: not a simsched sweep manifest; use --force to start over")
         return data
 
-    def claim(self, name: str, fingerprint: str, points: int, force: bool = False) -> None:
-        """Make the folder this experiment's, refusing one that holds something else unless ``force``."""
+    def claim(self, name: str, fingerprint: str, points: int, force: bool = False) -> str | None:
+        """Make the folder this experiment's, refusing one that holds something else unless ``force``.
+
+        Returns the simsched version that wrote the saved points when it is not this one.
+        """
+        from . import __version__
+
+        earlier = None
         if self.path.exists() and not self.path.is_dir():
             raise SimschedError(f"--out {self.path} exists and is not a folder")
         if force:
@@ -85,8 +91,12 @@ class ResultsFolder:
             if manifest is None and self.path.is_dir() and any(self.path.iterdir()):
                 raise SimschedError(f"{self.path} is not empty and holds no simsched sweep; "
                                     "use another --out, or --force to replace its sweep files")
+            if manifest is not None and manifest.get("simsched") != __version__ and self.journal_path.is_file():
+                earlier = str(manifest.get("simsched"))
         self.path.mkdir(parents=True, exist_ok=True)
-        self._write_manifest({"experiment": name, "fingerprint": fingerprint, "points": points})
+        self._write_manifest({"experiment": name, "fingerprint": fingerprint, "points": points,
+                              "simsched": __version__})
+        return earlier
 
     def clear(self) -> None:
         """Remove the files a sweep writes (and nothing else) from the folder."""

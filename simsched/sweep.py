@@ -11,6 +11,7 @@ import math
 import os
 import time
 import tomllib
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import __version__
 from .errors import Interrupted, SimschedError
 from .spec import format_spec, parse_spec
 
@@ -311,7 +313,10 @@ def run_sweep(experiment: Experiment, jobs: int | None = None, progress: bool = 
     folder = ResultsFolder(out) if out is not None else None
     done: dict[str, dict[str, Any]] = {}
     if folder is not None:
-        folder.claim(experiment.name, experiment_fingerprint(experiment.name, ids), len(points), force)
+        earlier = folder.claim(experiment.name, experiment_fingerprint(experiment.name, ids), len(points), force)
+        if earlier is not None:
+            warnings.warn(f"{folder.path}: resuming points saved by simsched {earlier} with simsched "
+                          f"{__version__}; use --force to recompute them all", stacklevel=2)
         folder.save_config(experiment.path)
         done = {k: row for k, row in folder.finished().items()
                 if not (retry_failed and row.get("error"))}

@@ -301,3 +301,14 @@ def test_a_dask_sweep_survives_a_killed_worker_and_resumes_after_sigterm(tmp_pat
     assert again.returncode == 0 and f"{saved} already saved" in again.stdout
     check_complete(folder, SLOW_POINTS)
     pd.testing.assert_frame_equal(figures(folder), figures(tmp_path / "reference"))
+
+
+def test_resuming_points_of_another_simsched_version_says_so(tmp_path):
+    config = write(tmp_path, SMALL.replace("NAME", "small"))
+    assert cli("sweep", config, "--jobs", "1", cwd=tmp_path).returncode == 0
+    manifest = tmp_path / "results" / "small" / "sweep.json"
+    manifest.write_text(manifest.read_text().replace('"simsched": "', '"simsched": "0.0.0-'))
+    again = cli("sweep", config, "--jobs", "1", cwd=tmp_path)
+    assert again.returncode == 0
+    assert again.stderr.startswith("simsched: warning: results/small: resuming points saved by simsched 0.0.0-")
+    assert again.stderr.count("\n") == 1

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -277,3 +279,35 @@ def test_replay_refuses_malformed_chunk_tables():
         native.replay(chunks.assign(worker=0.5), "uforall:n=4")
     with pytest.raises(SimschedError, match="timeout"):
         native.replay(chunks, "uforall:n=4", timeout_s=0)
+
+
+def _native_cli(*args, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "simsched.cli", "native", *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd, timeout=300)
+
+
+@needs_native
+@pytest.mark.parametrize("workload, message", [
+    ("nested", "workload nested nests loops in its iterations"),
+    ("nested:n=4,step=0", "nests loops"),
+    ("matmul:b=128", "workload matmul:b=128 is a program of 16 loops"),
+])
+def test_native_run_refuses_what_is_not_one_flat_loop(workload, message, tmp_path):
+    chunks = tmp_path / "chunks.csv"
+    proc = _native_cli("run", "--scheduler", "omp-static", "--threads", 1, "--workload", workload,
+                       "--chunks", chunks)
+    assert proc.returncode == 2 and proc.stdout == "" and not chunks.exists()
+    assert proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
+
+
+@needs_native
+def test_calibrate_and_validate_share_a_default_that_works_outside_a_checkout(tmp_path):
+    # tmp_path has no machines/ folder: calibrate writes host.toml there and says where.
+    proc = _native_cli("calibrate", "--threads", 1, "--rounds", 100, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    written = tmp_path / "host.toml"
+    assert proc.stdout.strip() == str(written.resolve()) and load_machine(written).cores == 1
+    proc = _native_cli("validate", "--threads", 1, "--points", 2, "--repeat", 1, "--no-openmp", "--json",
+                       cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert [r["scheduler"] for r in json.loads(proc.stdout)] == list(native.NATIVE)

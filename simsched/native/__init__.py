@@ -37,6 +37,9 @@ NATIVE = {
     "hybrid": ("hybrid", True, True, "tree"),
 }
 DEFAULT_TIMEOUT_S = 60.0
+# Where calibrate writes this machine's model and validate reads it: the working directory, which
+# exists wherever simsched is installed (a checkout's machines/ would also make it a built-in machine).
+HOST_MACHINE_FILE = "host.toml"
 MAX_REPEAT = 1_000_000
 INT32 = 2**31 - 1
 
@@ -58,10 +61,25 @@ def _costs(spec, seed: int) -> np.ndarray:
     _check_integer("seed", seed, 0, 2**63 - 1)
     if spec.params.get("n", 0) > INT32:
         raise SimschedError(f"native mode runs loops of at most {INT32} iterations")
+    _check_one_flat_loop(spec, seed)
     costs = np.ascontiguousarray(spec.costs(np.random.default_rng(seed)), dtype=np.float64)
     if costs.size > INT32:
         raise SimschedError(f"native mode runs loops of at most {INT32} iterations")
     return costs
+
+
+def _check_one_flat_loop(spec, seed: int) -> None:
+    """Refuse a workload whose program is not one loop without inner loops: the runtime would drop the rest."""
+    from ..workloads import Workload
+
+    if type(spec).loops is Workload.loops:  # the default program: the one loop of its costs
+        return
+    loops = spec.loops(np.random.default_rng(seed))
+    if any(loop.inner for loop in loops):
+        raise SimschedError(f"native mode runs flat loops; workload {spec.spec} nests loops in its iterations")
+    if len(loops) > 1:
+        raise SimschedError(f"native mode runs one loop (repeated with --repeat); workload {spec.spec} is a "
+                            f"program of {len(loops)} loops")
 
 
 def available() -> bool:

@@ -15,7 +15,7 @@ from ..analysis.amdahl import fit_burden
 from ..engine import simulate
 from ..errors import SimschedError
 from ..machine import load_machine
-from . import NATIVE, check_threads, require, run
+from . import HOST_MACHINE_FILE, NATIVE, check_threads, require, run
 
 # Shipped as package data, so the reference builds after a plain install too.
 OPENMP_SOURCE = Path(__file__).resolve().parent / "omp_uforall.c"
@@ -72,7 +72,7 @@ def openmp_times(threads: int, n: int, t_us: np.ndarray, repeat: int) -> np.ndar
         return np.asarray(medians)
 
 
-def validate(machine="machines/host.toml", threads: int | None = None, points: int = 10, repeat: int = 21,
+def validate(machine=HOST_MACHINE_FILE, threads: int | None = None, points: int = 10, repeat: int = 21,
              schedulers=None, openmp: bool = True) -> pd.DataFrame:
     """Per scheduler: native and simulated burden d and the error of the simulated loop times.
 

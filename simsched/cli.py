@@ -350,11 +350,7 @@ def cmd_native(args) -> int:
     if args.json:
         print(json.dumps({**result.to_dict(), **native.summary(result)}))
     else:
-        figures = native.summary(result)
-        print(result.summary())
-        spread = figures["makespan_spread_ns"]
-        print(f"  median loop  {figures['makespan_ns'] / 1e3:14.3f} us  (min {spread['min'] / 1e3:.3f}, "
-              f"max {spread['max'] / 1e3:.3f} us over {result.repeat} loop(s))")
+        print(native.report(result))
     return 0
 
 

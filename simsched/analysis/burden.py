@@ -44,7 +44,7 @@ def burden_table(results: pd.DataFrame, published: dict[str, float] | None = Non
     The runs must be one loop shape at several durations (see :mod:`.shape`). Besides the
     published one-parameter d (P fixed), ``d2_us`` and ``s_max`` fit d with the plateau free.
     """
-    missing = [c for c in KEYS + ["workload", "sequential_ns", "speedup"] if c not in results.columns]
+    missing = [c for c in KEYS + ["sequential_ns", "speedup"] if c not in results.columns]
     if missing:
         raise SimschedError(f"results table lacks column {missing[0]!r}: is it a sweep's results?")
     results = numeric(results, ["threads", "sequential_ns", "speedup"] +
@@ -52,6 +52,8 @@ def burden_table(results: pd.DataFrame, published: dict[str, float] | None = Non
     ok = results[succeeded(results)]
     if ok.empty:
         raise SimschedError("no successful runs to fit")
+    if "workload" not in ok.columns:
+        raise SimschedError("results table lacks column 'workload': the loop shape of its runs is unknown")
     ok = ok.assign(t_us=loop_durations_us(ok))
     check_duration_axis(ok["workload"].astype(str), ok["t_us"])
     rows = []

@@ -26,6 +26,8 @@ def _integer(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .native import HOST_MACHINE_FILE
+
     parser = _Parser(prog="simsched", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -93,14 +95,15 @@ def build_parser() -> argparse.ArgumentParser:
     native_replay.add_argument("--json", action="store_true", help="print one JSON object")
     native_val = native_sub.add_parser("validate", help="E1's uforall sweep natively and simulated on the "
                                                         "calibrated host model: burden d and loop-time error")
-    native_val.add_argument("--machine", default="machines/host.toml", help="calibrated machine file")
+    native_val.add_argument("--machine", default=HOST_MACHINE_FILE,
+                            help=f"calibrated machine file (default {HOST_MACHINE_FILE})")
     native_val.add_argument("--threads", type=_integer, help="threads (default: the machine file's cores)")
     native_val.add_argument("--points", type=_integer, default=10, help="loop durations from 1 us to 1 ms")
     native_val.add_argument("--repeat", type=_integer, default=21, help="loops per point (median)")
     native_val.add_argument("--no-openmp", action="store_true", help="skip the host OpenMP reference")
     native_val.add_argument("--json", action="store_true", help="print a JSON list")
     native_cal = native_sub.add_parser("calibrate", help="measure this machine into a machine file")
-    native_cal.add_argument("--out", default="machines/host.toml", help="machine file (default machines/host.toml)")
+    native_cal.add_argument("--out", default=HOST_MACHINE_FILE, help=f"machine file (default {HOST_MACHINE_FILE})")
     native_cal.add_argument("--threads", type=_integer, help="CPUs to measure (default: all available)")
     native_cal.add_argument("--rounds", type=_integer, default=20000, help="ping-pong round trips per core pair")
     return parser
@@ -355,7 +358,7 @@ def cmd_native(args) -> int:
             "simsched native calibrate"
         out = calibrate(args.out, args.threads, args.rounds, command=command.strip(),
                         progress=lambda line: print(line, file=sys.stderr))
-        print(out)
+        print(out.resolve())
         return 0
     if args.native_command == "replay":
         return _native_replay(args)
@@ -388,11 +391,7 @@ def cmd_native(args) -> int:
     if args.json:
         print(json.dumps({**result.to_dict(), **native.summary(result)}))
     else:
-        figures = native.summary(result)
-        print(result.summary())
-        spread = figures["makespan_spread_ns"]
-        print(f"  median loop  {figures['makespan_ns'] / 1e3:14.3f} us  (min {spread['min'] / 1e3:.3f}, "
-              f"max {spread['max'] / 1e3:.3f} us over {result.repeat} loop(s))")
+        print(native.report(result))
     return 0
 
 

@@ -67,9 +67,12 @@ class Memory:
         self.transfers = 0
         self.cas_failures = 0
 
+    # The counters the memory model adds to a run's (the schedulers' own come on top).
+    COUNTERS = ("atomics", "transfers", "cas_failures")
+
     def tally(self, counters) -> None:
         """Add this memory's operation counts to ``counters``."""
-        for name in ("atomics", "transfers", "cas_failures"):
+        for name in self.COUNTERS:
             if getattr(self, name):
                 counters[name] += getattr(self, name)
 

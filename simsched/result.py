@@ -87,6 +87,11 @@ class Result:
             f"  speedup      {self.speedup:14.3f}",
             f"  chunks       {len(self.chunks):14d}",
         ]
+        return "\n".join(lines + self.detail_lines())
+
+    def detail_lines(self) -> list[str]:
+        """The report's time per state (shares of all workers' makespan) and counters."""
+        lines = []
         total = self.makespan_ns * self.threads
         lines.append("  time per state (all workers):")
         for state, ns in self.state_totals.items():
@@ -94,4 +99,4 @@ class Result:
             lines.append(f"    {state:<10} {ns / 1e3:14.3f} us  {share:5.1f}%")
         if self.counters:
             lines.append("  counters: " + ", ".join(f"{k}={v}" for k, v in sorted(self.counters.items())))
-        return "\n".join(lines)
+        return lines

@@ -58,6 +58,48 @@ def fit_burden(t_us, speedup, threads: int) -> BurdenFit:
                      peak_speedup=peak, points=int(t.size))
 
 
+@dataclass(frozen=True)
+class SaturatingFit:
+    """A two-parameter fit of S(T) = T/(d + T/S_max): the burden d (us) and the plateau S_max, with 95% half-widths."""
+
+    d_us: float
+    d_ci_us: float
+    s_max: float
+    s_max_ci: float
+
+
+def saturating_speedup(t_us, d_us: float, s_max: float):
+    """Speedup of a loop of sequential duration T (us) with burden d and a plateau S_max instead of P."""
+    return amdahl_speedup(t_us, d_us, s_max)
+
+
+def fit_saturating(t_us, speedup) -> SaturatingFit:
+    """Least-squares fit of d and S_max in S(T) = T/(d + T/S_max), for curves that plateau below P.
+
+    The half-widths are NaN where the points cannot bound them (two points fit exactly).
+    """
+    t = np.asarray(t_us, dtype=float)
+    s = np.asarray(speedup, dtype=float)
+    keep = np.isfinite(t) & np.isfinite(s) & (t > 0) & (s > 0)
+    t, s = t[keep], s[keep]
+    if t.size < 2:
+        raise SimschedError(f"need at least two loop durations to fit a burden, got {t.size}")
+    peak = float(s.max())
+    start_d = max(float(np.median(t / s - t / peak)), 1e-6)
+    try:
+        params, cov = optimize.curve_fit(saturating_speedup, t, s, p0=[start_d, peak],
+                                         bounds=([0.0, 1e-9], [np.inf, np.inf]), maxfev=20000)
+    except (RuntimeError, ValueError):  # no convergence: report no fit rather than a wrong one
+        nan = float("nan")
+        return SaturatingFit(nan, nan, nan, nan)
+    dof = t.size - 2
+    half = np.full(2, np.nan)
+    if dof > 0 and np.all(np.isfinite(np.diag(cov))):
+        half = stats.t.ppf(0.975, dof) * np.sqrt(np.diag(cov))
+    return SaturatingFit(d_us=float(params[0]), d_ci_us=float(half[0]), s_max=float(params[1]),
+                         s_max_ci=float(half[1]))
+
+
 def duration_for(t_us, speedup, target: float) -> float:
     """The shortest loop duration at which the measured speedup curve reaches ``target``.
 

@@ -78,19 +78,33 @@ def _iterations(run: dict) -> int:
 
 
 def format_breakdown(table: pd.DataFrame) -> str:
-    """The breakdown as aligned text, one block per workload."""
+    """The breakdown as aligned text, one block per (machine, workload, threads); "-" where a value is undefined."""
+    name = max(len("scheduler"), *(len(str(s)) for s in table["scheduler"]))
+    # (header, width, decimals) per column after the scheduler's.
+    columns = {"normalized": ("norm", 7, 4), "computing": ("comp", 6, 3), "searching": ("search", 7, 4),
+               "splitting": ("split", 6, 4), "creating": ("create", 7, 4), "scheduling": ("sched", 6, 4),
+               "tasks_created": ("tasks", 9, 0), "serialized_pct": ("serial%", 8, 2), "steals": ("steals", 8, 0),
+               "steal_attempts": ("attempts", 10, 0)}
+    head = f"  {'scheduler':<{name}} " + " ".join(f"{h:>{w}}" for h, w, _ in columns.values())
+    order = table.assign(_block=table.groupby(["machine", "workload"], sort=False).ngroup())
     lines = []
-    for workload, rows in table.groupby("workload", sort=False):
-        lines.append(f"{workload} ({rows['machine'].iloc[0]}, {int(rows['threads'].iloc[0])} workers, "
-                     f"{int(rows['seeds'].iloc[0])} seed(s)); time normalized to one worker")
-        lines.append(f"  {'scheduler':<18} {'norm':>7} {'comp':>6} {'search':>7} {'split':>6} {'create':>7} "
-                     f"{'sched':>6} {'tasks':>9} {'serial%':>8} {'steals':>8} {'attempts':>10}")
-        for row in rows.itertuples(index=False):
-            lines.append(f"  {row.scheduler:<18} {row.normalized:7.4f} {row.computing:6.3f} {row.searching:7.4f} "
-                         f"{row.splitting:6.4f} {row.creating:7.4f} {row.scheduling:6.4f} "
-                         f"{row.tasks_created:9.0f} {row.serialized_pct:8.2f} {row.steals:8.0f} "
-                         f"{row.steal_attempts:10.0f}")
+    for (_, machine, workload, threads), rows in order.groupby(["_block", "machine", "workload", "threads"]):
+        if lines:
+            lines.append("")
+        lines.append(f"{workload} ({machine}, {int(threads)} workers, {int(rows['seeds'].iloc[0])} seed(s)); "
+                     "time normalized to one worker")
+        lines.append(head)
+        for row in rows.to_dict(orient="records"):
+            cells = [_cell(row[key], w, d) for key, (_, w, d) in columns.items()]
+            lines.append(f"  {row['scheduler']:<{name}} " + " ".join(cells))
     return "\n".join(lines)
+
+
+def _cell(value, width: int, decimals: int) -> str:
+    """A number right-aligned in ``width``, or "-" where it is undefined (a counter the scheduler lacks)."""
+    if value is None or not np.isfinite(value):
+        return f"{'-':>{width}}"
+    return f"{value:{width}.{decimals}f}"
 
 
 def plot_breakdown(table: pd.DataFrame, out=None):

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import SimschedError
-from .amdahl import fit_burden
+from .amdahl import fit_burden, fit_saturating
+from .shape import check_duration_axis
 
 KEYS = ["machine", "scheduler", "threads"]
 
@@ -38,7 +39,11 @@ def loop_durations_us(results: pd.DataFrame) -> pd.Series:
 
 
 def burden_table(results: pd.DataFrame, published: dict[str, float] | None = None) -> pd.DataFrame:
-    """Fit d for every (machine, scheduler, threads) group of successful runs; add published d where known."""
+    """Fit d for every (machine, scheduler, threads) group of successful runs; add published d where known.
+
+    The runs must be one loop shape at several durations (see :mod:`.shape`). Besides the
+    published one-parameter d (P fixed), ``d2_us`` and ``s_max`` fit d with the plateau free.
+    """
     missing = [c for c in KEYS + ["sequential_ns", "speedup"] if c not in results.columns]
     if missing:
         raise SimschedError(f"results table lacks column {missing[0]!r}: is it a sweep's results?")
@@ -47,7 +52,10 @@ def burden_table(results: pd.DataFrame, published: dict[str, float] | None = Non
     ok = results[succeeded(results)]
     if ok.empty:
         raise SimschedError("no successful runs to fit")
+    if "workload" not in ok.columns:
+        raise SimschedError("results table lacks column 'workload': the loop shape of its runs is unknown")
     ok = ok.assign(t_us=loop_durations_us(ok))
+    check_duration_axis(ok["workload"].astype(str), ok["t_us"])
     rows = []
     for (machine, scheduler, threads), group in ok.groupby(KEYS, sort=False):
         curve = group.groupby("t_us")["speedup"].mean()
@@ -56,6 +64,8 @@ def burden_table(results: pd.DataFrame, published: dict[str, float] | None = Non
         fit = fit_burden(curve.index.to_numpy(), curve.to_numpy(), int(threads))
         row = {"machine": machine, "scheduler": scheduler, "threads": int(threads)}
         row.update({k: v for k, v in fit.to_dict().items() if k != "threads"})
+        free = fit_saturating(curve.index.to_numpy(), curve.to_numpy())
+        row.update(d2_us=free.d_us, d2_ci_us=free.d_ci_us, s_max=free.s_max, s_max_ci=free.s_max_ci)
         if published is not None:
             row["published_d_us"] = published.get(scheduler, np.nan)
             row["d_vs_published"] = row["d_us"] / row["published_d_us"] - 1.0
@@ -69,14 +79,14 @@ def format_burden_table(table: pd.DataFrame) -> str:
     """A fixed-width text rendering of a burden table."""
     has_pub = "published_d_us" in table.columns
     head = f"{'machine':<18} {'scheduler':<22} {'P':>3} {'d (us)':>9} {'95% CI':>8} " \
-           f"{'t05 (us)':>9} {'t50 (us)':>9} {'t95 (us)':>9} {'peak':>6}"
+           f"{'t05 (us)':>9} {'t50 (us)':>9} {'t95 (us)':>9} {'peak':>6} {'d2 (us)':>9} {'S_max':>6}"
     if has_pub:
         head += f" {'published':>9} {'error':>7}"
     lines = [head, "-" * len(head)]
     for row in table.itertuples(index=False):
         line = (f"{row.machine:<18} {row.scheduler:<22} {row.threads:>3} {row.d_us:>9.2f} "
                 f"{row.d_ci_us:>8.2f} {row.t05_us:>9.2f} {row.t50_us:>9.1f} {row.t95_us:>9.0f} "
-                f"{row.peak_speedup:>6.1f}")
+                f"{row.peak_speedup:>6.1f} {row.d2_us:>9.2f} {row.s_max:>6.1f}")
         if has_pub:
             if np.isfinite(row.published_d_us):
                 line += f" {row.published_d_us:>9.2f} {100 * row.d_vs_published:>+6.0f}%"

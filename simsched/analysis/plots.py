@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..errors import SimschedError
-from .amdahl import amdahl_speedup
+from .amdahl import amdahl_speedup, saturating_speedup
 from .burden import burden_table, loop_durations_us, succeeded
 
 
 def plot_speedup(results: pd.DataFrame, out: str | Path | None = None, ax=None, fitted: bool = True):
-    """Speedup vs sequential loop duration (log x) per (machine, scheduler, threads), with the fitted Amdahl curves."""
+    """Speedup vs sequential loop duration (log x) per (machine, scheduler, threads), with both fitted curves.
+
+    Dotted: the published fit T/(d + T/P); dash-dotted: T/(d2 + T/S_max) with the plateau free.
+    """
     import matplotlib
 
     if ax is None and out is not None:
@@ -31,18 +35,23 @@ def plot_speedup(results: pd.DataFrame, out: str | Path | None = None, ax=None, 
     for (machine, scheduler, threads), group in ok.groupby(["machine", "scheduler", "threads"], sort=False):
         curve = group.groupby("t_us")["speedup"].mean()
         label = f"{scheduler} (P={threads})" + (f" on {machine}" if several_machines else "")
-        if fits is not None and (machine, scheduler, threads) in fits.index:
-            d = fits.loc[(machine, scheduler, threads), "d_us"]
-            label += f", d={d:.2f} us"
+        fit = fits.loc[(machine, scheduler, threads)] if fits is not None and (machine, scheduler, threads) \
+            in fits.index else None
+        if fit is not None:
+            label += f", d={fit['d_us']:.2f} us; d2={fit['d2_us']:.2f} us, S_max={fit['s_max']:.1f}"
         (line,) = ax.plot(curve.index, curve.values, "o-", ms=3, label=label)
-        if fits is not None and (machine, scheduler, threads) in fits.index:
-            ax.plot(curve.index, amdahl_speedup(curve.index, d, int(threads)), ":", color=line.get_color(), lw=1)
+        if fit is not None:
+            t = np.geomspace(curve.index.min(), curve.index.max(), 200)
+            ax.plot(t, amdahl_speedup(t, fit["d_us"], int(threads)), ":", color=line.get_color(), lw=1)
+            if np.isfinite(fit["d2_us"]):
+                ax.plot(t, saturating_speedup(t, fit["d2_us"], fit["s_max"]), "-.", color=line.get_color(), lw=1)
     ax.set_xscale("log")
     ax.set_xlabel("sequential loop duration T (us)")
     ax.set_ylabel("speedup")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_title("speedup vs loop duration (dotted: fitted T/(d + T/P))", fontsize=9)
+    ax.set_title("speedup vs loop duration (dotted: fitted T/(d + T/P); dash-dotted: T/(d2 + T/S_max))",
+                 fontsize=9)
     if own and out is not None:
         fig.tight_layout()
         fig.savefig(out, dpi=120)

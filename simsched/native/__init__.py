@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import os
 import warnings
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
 
 from ..engine import STATES, verify_exactly_once
-from ..errors import SimschedError
+from ..errors import ExecutionError, SimschedError
 from ..result import CHUNK_COLUMNS, SEGMENT_COLUMNS, Result
 
 try:
@@ -37,6 +38,9 @@ NATIVE = {
     "hybrid": ("hybrid", True, True, "tree"),
 }
 DEFAULT_TIMEOUT_S = 60.0
+# Where calibrate writes this machine's model and validate reads it: the working directory, which
+# exists wherever simsched is installed (a checkout's machines/ would also make it a built-in machine).
+HOST_MACHINE_FILE = "host.toml"
 MAX_REPEAT = 1_000_000
 INT32 = 2**31 - 1
 
@@ -58,10 +62,25 @@ def _costs(spec, seed: int) -> np.ndarray:
     _check_integer("seed", seed, 0, 2**63 - 1)
     if spec.params.get("n", 0) > INT32:
         raise SimschedError(f"native mode runs loops of at most {INT32} iterations")
+    _check_one_flat_loop(spec, seed)
     costs = np.ascontiguousarray(spec.costs(np.random.default_rng(seed)), dtype=np.float64)
     if costs.size > INT32:
         raise SimschedError(f"native mode runs loops of at most {INT32} iterations")
     return costs
+
+
+def _check_one_flat_loop(spec, seed: int) -> None:
+    """Refuse a workload whose program is not one loop without inner loops: the runtime would drop the rest."""
+    from ..workloads import Workload
+
+    if type(spec).loops is Workload.loops:  # the default program: the one loop of its costs
+        return
+    loops = spec.loops(np.random.default_rng(seed))
+    if any(loop.inner for loop in loops):
+        raise SimschedError(f"native mode runs flat loops; workload {spec.spec} nests loops in its iterations")
+    if len(loops) > 1:
+        raise SimschedError(f"native mode runs one loop (repeated with --repeat); workload {spec.spec} is a "
+                            f"program of {len(loops)} loops")
 
 
 def available() -> bool:
@@ -149,7 +168,43 @@ def run(scheduler, workload, threads: int, seed: int = 0, repeat: int = 1,
         raise SimschedError(f"{exc} (raise --timeout for longer loops)") from None
     if not trace["pinned"]:
         warnings.warn("the threads could not be pinned to CPUs; they ran unpinned", RuntimeWarning, stacklevel=2)
-    return _result(trace, sched.spec, spec.spec, threads, seed, costs, int(repeat))
+    result = _result(trace, sched.spec, spec.spec, threads, seed, costs, int(repeat))
+    result.counters = simulator_counters(sched.spec, result.counters)
+    return result
+
+
+# Counters the simulator reports that are zero natively by construction.
+ZERO_NATIVELY = {
+    "tasks_created": "the native runtime claims ranges and partitions; it pushes no tasks",
+    "wakeups": "native workers spin between loops; they never sleep",
+}
+
+
+@lru_cache(maxsize=64)
+def simulated_counter_keys(scheduler: str) -> tuple[str, ...]:
+    """The counters a simulation of ``scheduler`` reports, less the memory model's (no hardware counterpart).
+
+    Read from a tiny simulation, so the two modes cannot drift apart: the schedulers declare
+    their counters, present even when zero.
+    """
+    from ..engine import simulate
+    from ..memory import Memory
+
+    counters = simulate("haswell-e5-2695v3", scheduler, "uforall:n=64", 2).counters
+    return tuple(sorted(k for k in counters if k not in Memory.COUNTERS))
+
+
+def simulator_counters(scheduler: str, measured: dict) -> dict[str, int]:
+    """The native ``measured`` counters under exactly the simulator's keys for ``scheduler``."""
+    counters = {}
+    for key in simulated_counter_keys(scheduler):
+        if key in measured:
+            counters[key] = int(measured[key])
+        elif key in ZERO_NATIVELY:
+            counters[key] = 0
+        else:
+            raise ExecutionError(f"the native runtime does not count {key}, which a simulated {scheduler} reports")
+    return counters
 
 
 def _result(trace, scheduler: str, workload: str, threads: int, seed: int, costs, repeat: int) -> Result:
@@ -207,13 +262,35 @@ def _segments(marks: np.ndarray, chunks: pd.DataFrame, makespan: float) -> pd.Da
 
 
 def summary(result: Result) -> dict:
-    """The median loop time over a native run's repeated loops and its spread (the first loop included)."""
+    """Per loop: the median loop time over a native run's loops (the first included), its spread, one loop's
+    sequential time and their ratio; ``total_ns`` is the whole run, over which the state times are summed.
+    """
     times = np.asarray(result.loop_ns, dtype=float)
     q1, median, q3 = np.percentile(times, [25, 50, 75])
-    return {"makespan_ns": float(median),
+    sequential = result.sequential_ns / result.repeat
+    return {"makespan_ns": float(median), "sequential_ns": sequential,
+            "speedup": sequential / float(median) if median > 0 else float("inf"),
             "makespan_spread_ns": {"min": float(times.min()), "q1": float(q1), "q3": float(q3),
                                    "max": float(times.max())},
             "total_ns": result.makespan_ns}
+
+
+def report(result: Result) -> str:
+    """The human-readable form of a native run: the figures of :func:`summary`, then states and counters."""
+    figures = summary(result)
+    spread = figures["makespan_spread_ns"]
+    lines = [
+        f"{result.scheduler} on {result.machine}, {result.threads} thread(s), workload {result.workload}, "
+        f"seed {result.seed}, {result.repeat} loop(s)",
+        f"  makespan     {figures['makespan_ns'] / 1e3:14.3f} us  median loop (min {spread['min'] / 1e3:.3f}, "
+        f"max {spread['max'] / 1e3:.3f} us)",
+        f"  sequential   {figures['sequential_ns'] / 1e3:14.3f} us  one loop",
+        f"  speedup      {figures['speedup']:14.3f}",
+        f"  whole run    {figures['total_ns'] / 1e3:14.3f} us  all {result.repeat} loop(s): the chunks, states "
+        "and counters below",
+        f"  chunks       {len(result.chunks):14d}",
+    ]
+    return "\n".join(lines + result.detail_lines())
 
 
 def replay(chunks: pd.DataFrame, workload, seed: int = 0, threads: int | None = None,

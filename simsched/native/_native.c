@@ -55,6 +55,7 @@ typedef struct {
     size_t count, cap;
     double compute, schedule, sync;
     long chunks, claims, failed_claims, steals, steal_attempts, d_halved, d_doubled;
+    long max_failed_claims;     /* hybrid: most failed claims in a row within one claiming loop */
     int out_of_memory;
     /* Barrier episodes this worker has been through (all workers go through the same ones). */
     long arrive_epoch, release_epoch;
@@ -334,10 +335,15 @@ static int claim_and_run(run_t *r, int w, worker_state *s, int loop, int part)
 /* DoHybridLoop(w): claim partitions in XOR order, skipping by the lowest set bit after a failure. */
 static void hybrid_loop(run_t *r, int w, worker_state *s, int loop)
 {
-    if (!claim_and_run(r, w, s, loop, w)) return;
+    long failed = 0;
+    if (!claim_and_run(r, w, s, loop, w)) {
+        if (s->max_failed_claims < 1) s->max_failed_claims = 1;
+        return;
+    }
     for (int i = 1; i < r->partitions;) {
-        if (claim_and_run(r, w, s, loop, i ^ w)) i++;
-        else i += i & -i;
+        if (claim_and_run(r, w, s, loop, i ^ w)) { i++; failed = 0; continue; }
+        if (++failed > s->max_failed_claims) s->max_failed_claims = failed;
+        i += i & -i;
     }
 }
 
@@ -627,7 +633,7 @@ static PyObject *native_run(PyObject *self, PyObject *args)
         free(all); free(workers); free(state); free(marks); PyErr_NoMemory(); goto done;
     }
     size_t k = 0;
-    long chunks = 0, claims = 0, failed = 0, steals = 0, attempts = 0, halved = 0, doubled = 0;
+    long chunks = 0, claims = 0, failed = 0, steals = 0, attempts = 0, halved = 0, doubled = 0, max_failed = 0;
     for (int w = 0; w < threads; w++) {
         worker_state *s = &r.ws[w];
         for (size_t i = 0; i < s->count; i++, k++) { all[k] = s->recs[i]; workers[k] = w; }
@@ -635,6 +641,7 @@ static PyObject *native_run(PyObject *self, PyObject *args)
         if (timeline) memcpy(marks + (size_t)w * 4 * (size_t)loops, s->marks, 4 * (size_t)loops * sizeof *marks);
         chunks += s->chunks; claims += s->claims; failed += s->failed_claims;
         steals += s->steals; attempts += s->steal_attempts; halved += s->d_halved; doubled += s->d_doubled;
+        if (s->max_failed_claims > max_failed) max_failed = s->max_failed_claims;
     }
     /* With a full join the others leave the last barrier after the master: the run ends with the last. */
     for (int w = 0; w < threads && loops > 0; w++)
@@ -642,14 +649,14 @@ static PyObject *native_run(PyObject *self, PyObject *args)
     PyObject *ends = PyList_New(loops);
     for (int i = 0; ends && i < loops; i++) PyList_SET_ITEM(ends, i, PyFloat_FromDouble(r.loop_end[i]));
     long phases = (long)loops * ((fork_full ? 2 : 1) + (join_full ? 2 : 1));
-    result = Py_BuildValue("{s:N,s:N,s:N,s:N,s:{s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:l},s:O,s:N}",
+    result = Py_BuildValue("{s:N,s:N,s:N,s:N,s:{s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:l},s:O,s:N}",
                            "chunks", bytes_of(all, total * sizeof *all),
                            "workers", bytes_of(workers, total * sizeof *workers),
                            "state", bytes_of(state, (size_t)threads * 3 * sizeof *state),
                            "loop_end", ends,
                            "counters", "chunks", chunks, "claims", claims, "failed_claims", failed,
                            "steals", steals, "steal_attempts", attempts, "barrier_phases", phases,
-                           "d_halved", halved, "d_doubled", doubled,
+                           "d_halved", halved, "d_doubled", doubled, "max_failed_claims", max_failed,
                            "pinned", pinned ? Py_True : Py_False,
                            "marks", bytes_of(marks, mark_count * sizeof *marks));
     free(all); free(workers); free(state); free(marks);

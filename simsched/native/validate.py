@@ -15,9 +15,10 @@ from ..analysis.amdahl import fit_burden
 from ..engine import simulate
 from ..errors import SimschedError
 from ..machine import load_machine
-from . import NATIVE, check_threads, require, run
+from . import HOST_MACHINE_FILE, NATIVE, check_threads, require, run
 
-OPENMP_SOURCE = Path(__file__).resolve().parents[2] / "benchmarks" / "omp_uforall.c"
+# Shipped as package data, so the reference builds after a plain install too.
+OPENMP_SOURCE = Path(__file__).resolve().parent / "omp_uforall.c"
 
 
 def durations_us(points: int, low_us: float = 1.0, high_us: float = 1000.0) -> np.ndarray:
@@ -47,8 +48,11 @@ def median_ci(loop_ns) -> tuple[float, float]:
 
 def openmp_times(threads: int, n: int, t_us: np.ndarray, repeat: int) -> np.ndarray | None:
     """Median loop ns of the host OpenMP runtime's static schedule per T, or None without an OpenMP compiler."""
+    if not OPENMP_SOURCE.is_file():  # a broken install, not a missing compiler: say so rather than skip
+        raise SimschedError(f"the OpenMP reference {OPENMP_SOURCE} is missing from this install "
+                            "(reinstall simsched, or pass --no-openmp)")
     compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
-    if compiler is None or not OPENMP_SOURCE.is_file():
+    if compiler is None:
         return None
     with tempfile.TemporaryDirectory() as folder:
         binary = Path(folder) / "omp_uforall"
@@ -68,7 +72,7 @@ def openmp_times(threads: int, n: int, t_us: np.ndarray, repeat: int) -> np.ndar
         return np.asarray(medians)
 
 
-def validate(machine="machines/host.toml", threads: int | None = None, points: int = 10, repeat: int = 21,
+def validate(machine=HOST_MACHINE_FILE, threads: int | None = None, points: int = 10, repeat: int = 21,
              schedulers=None, openmp: bool = True) -> pd.DataFrame:
     """Per scheduler: native and simulated burden d and the error of the simulated loop times.
 

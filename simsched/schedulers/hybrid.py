@@ -23,6 +23,7 @@ class Hybrid(WorkStealing):
 
     name = "hybrid"
     summary = "static partitions claimed by fetch-or in XOR order, balanced by Cilk work stealing"
+    COUNTERS = WorkStealing.COUNTERS + ("max_failed_claims",)
 
     def setup(self, sim) -> None:
         super().setup(sim)

@@ -158,6 +158,7 @@ class ICh(Stealing):
 
     name = "ich"
     summary = "iCh: stealing with chunk |q|/d, d adapted against mean progress (eps)"
+    COUNTERS = STEALING_COUNTERS + ("d_halved", "d_doubled")
     PARAMS = {"eps": Param("eps", float, 0.33, lambda v: v > 0, "> 0",
                            help="band around the mean progress within which d is left alone"),
               "barrier": BARRIER_PARAM}

@@ -25,6 +25,8 @@ class Workload:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     PARAMS: ClassVar[dict[str, Param]] = {}
+    # Parameters that scale every iteration's cost alike: they change the loop's duration, not its shape.
+    DURATION_PARAMS: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **params: Any):
         self.given = dict(params)
@@ -64,6 +66,7 @@ class UForall(Workload):
     PARAMS = {"n": _N, "cost_ns": _cost("cost_ns", 1000.0, "ns per iteration"),
               "total_us": Param("total_us", float, 0.0, *_FINITE_NON_NEGATIVE,
                                 help="sequential time of the whole loop (overrides cost_ns)")}
+    DURATION_PARAMS = ("cost_ns", "total_us")
 
     def check(self):
         if "cost_ns" in self.given and "total_us" in self.given:
@@ -119,6 +122,7 @@ class ExpIncreasing(Workload):
               "beta": Param("beta", float, 1e6, lambda v: v > 0, "> 0", help="exponential scale"),
               "unit_ns": Param("unit_ns", float, 1e-3, lambda v: v > 0, "> 0",
                                help="ns per unit of sampled work (default: mean 1 us per iteration)")}
+    DURATION_PARAMS = ("unit_ns",)
 
     def generate(self, rng):
         p = self.params
@@ -213,6 +217,7 @@ class BlockMatmul(Workload):
     PARAMS = {"d": Param("d", int, 2048, lambda v: v >= 1, ">= 1", help="matrix dimension"),
               "b": Param("b", int, 128, lambda v: v >= 1, ">= 1", help="block dimension (divides d)"),
               "block_us": _cost("block_us", 0.0, "one block product in us (default: published for B = 128, 64, 32)")}
+    DURATION_PARAMS = ("block_us",)
 
     def check(self):
         d, b = self.params["d"], self.params["b"]

@@ -1,6 +1,6 @@
 /* The host OpenMP runtime on the uforall micro-benchmark: the reference native mode is compared with.
  *
- * Build: cc -O2 -fopenmp benchmarks/omp_uforall.c -o omp_uforall
+ * Build: cc -O2 -fopenmp simsched/native/omp_uforall.c -o omp_uforall
  * Run:   OMP_WAIT_POLICY=active OMP_PROC_BIND=close OMP_PLACES=cores ./omp_uforall N COST_NS REPEAT SCHEDULE
  *        SCHEDULE is static, dynamic or guided.
  * Prints one line per loop: its time in ns. Each iteration busy-waits COST_NS on the monotonic

@@ -85,11 +85,27 @@ def parse_experiment(data: dict[str, Any], source: str = "<config>", path: Path 
         _check_in_grid(sched, schedulers, f"{source}: fit.published_d_us")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise SimschedError(f"{source}: fit.published_d_us.{sched} must be a number > 0, got {value!r}")
+    if published:
+        _check_fit_grid(points, source)
     return Experiment(name=name, description=str(meta.get("description", "")), points=points,
                       published_d_us={k: float(v) for k, v in published.items()},
                       source=str(fit.get("source", "")), path=path,
                       rank=_rank_section(data.get("rank"), source, points),
                       breakdown=_breakdown_section(data.get("breakdown"), source))
+
+
+def _check_fit_grid(points: list[dict[str, Any]], source: str) -> None:
+    """A burden fit needs one loop shape at several durations: refuse a grid that cannot give it, before it runs."""
+    from .analysis.shape import check_one_shape
+
+    workloads = list(dict.fromkeys(p["workload"] for p in points))
+    try:
+        check_one_shape(workloads)
+    except SimschedError as exc:
+        raise SimschedError(f"{source}: [fit]: {str(exc).replace('the results mix', 'the grid mixes')}") from None
+    if len(workloads) < 2:
+        raise SimschedError(f"{source}: [fit]: the grid runs one workload, {workloads[0]}, so there is no "
+                            "loop-duration axis to fit (e.g. \"workload.total_us\" = { logspace = [1, 1000], num = 8 })")
 
 
 def _check_name(name: Any, source: str) -> str:

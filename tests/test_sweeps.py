@@ -258,6 +258,18 @@ def test_analysis_sections_name_what_the_grid_runs(tmp_path, section, message):
     assert proc.stderr.count("\n") == 1
 
 
+@pytest.mark.parametrize("grid, message", [
+    ('workload = ["uforall:n=256", "uforall:n=512"]', "[fit]: the grid mixes loop shapes: uforall's n (256, 512) differ"),
+    ('workload = "uforall:n=256,total_us=10"', "[fit]: the grid runs one workload, uforall:n=256,total_us=10, so"),
+])
+def test_a_fit_over_a_grid_that_cannot_give_one_is_refused_before_running(tmp_path, grid, message):
+    text = SMALL.replace("NAME", "x").replace('workload = "uforall:n=256"\n', grid + "\n")
+    text = text.replace('"workload.total_us" = { logspace = [1, 1000], num = 4 }\n', "")
+    proc = cli("sweep", write(tmp_path, text + '[fit]\npublished_d_us = { "fg-tree" = 5 }\n'), cwd=tmp_path)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert not (tmp_path / "results").exists()
+
+
 def test_a_grid_listing_one_run_twice_is_an_error(tmp_path):
     proc = cli("sweep", write(tmp_path, SMALL.replace("NAME", "x") + "seed = [1, 1]\n"), cwd=tmp_path)
     assert proc.returncode == 2 and "the grid lists the same run twice" in proc.stderr

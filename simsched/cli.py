@@ -166,7 +166,8 @@ def cmd_machines(args) -> int:
             print(json.dumps({"name": machine.name, "description": machine.description,
                               "cores": machine.cores, **{k: v for k, v in machine.data.items()
                                                          if not k.startswith("_")},
-                              "latency_matrix_ns": machine.latency.tolist()}))
+                              "latency_matrix_ns": machine.latency.tolist(),
+                              "defaults": {d: machine.setting(*d.split(".")) for d in machine.defaulted()}}))
         else:
             print(machine.describe())
         return 0

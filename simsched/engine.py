@@ -10,7 +10,7 @@ import pandas as pd
 import simpy
 
 from .errors import ExecutionError, SimschedError
-from .loop import Loop
+from .loop import Loop, check_total
 from .machine import Machine, load_machine
 from .memory import Memory
 from .result import CHUNK_COLUMNS, Result
@@ -65,6 +65,8 @@ class Simulation:
                     self.children[index][i] = len(self.loops)
                     self.loops.append(inner[i])
         self.loop_end = [0.0] * len(self.loops)
+        check_total(sum(loop.total for loop in self.loops),
+                    "the iteration costs of all the program's loops (repeats and nested loops included)")
 
     # Workers index the memory's latency rows by worker number, since worker w sits on cores[w].
 

@@ -82,6 +82,12 @@ _TOP_LEVEL = {"name": str, "description": str}
 MAX_CORES = 1024
 MAX_VALUE = 1e12  # no latency, cost or clock in a machine file is anywhere near this (ns, GHz)
 _REQUIRED_SECTIONS = ("topology", "clock", "latency_ns", "costs_ns")
+# What a machine file that leaves out [coherence] or [os] (or one of their keys) gets: shown
+# as "(default)" by ``simsched machines NAME``, so a what-if machine states only what it changes.
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "coherence": {"protocol": "snoop", "serve_ns": 0.0},
+    "os": {"wakeup_ns": 0.0},
+}
 
 
 @dataclass
@@ -135,18 +141,27 @@ class Machine:
         """One cache-line transfer as a fraction of the one-way (ping-pong) latency."""
         return float(self.data["latency_ns"].get("transfer_fraction", 0.5))
 
+    def setting(self, section: str, key: str) -> Any:
+        """A [coherence] or [os] value: the machine file's, else its documented default."""
+        return self.data.get(section, {}).get(key, DEFAULTS[section][key])
+
+    def defaulted(self) -> list[str]:
+        """The ``section.key`` settings the machine file leaves to their defaults."""
+        return [f"{section}.{key}" for section, keys in DEFAULTS.items() for key in keys
+                if key not in self.data.get(section, {})]
+
     @property
     def wakeup_ns(self) -> float:
-        return float(self.data.get("os", {}).get("wakeup_ns", 0.0))
+        return float(self.setting("os", "wakeup_ns"))
 
     @property
     def coherence(self) -> str:
-        return self.data.get("coherence", {}).get("protocol", "snoop")
+        return self.setting("coherence", "protocol")
 
     @property
     def serve_ns(self) -> float:
         """Time the line's source takes per spinner when spinners re-read after a write."""
-        return float(self.data.get("coherence", {}).get("serve_ns", 0.0))
+        return float(self.setting("coherence", "serve_ns"))
 
     @property
     def memory_ns(self) -> dict[str, float]:
@@ -233,11 +248,17 @@ class Machine:
         smt = self.data["latency_ns"].get("smt")
         if smt is not None:
             lines.append(f"  one-way latency between hyperthreads: {smt} ns")
-        lines.append(f"  coherence: {self.coherence}, serve {self.serve_ns} ns per spinner")
+        defaulted = self.defaulted()
+
+        def mark(setting):
+            return " (default)" if setting in defaulted else ""
+
+        lines.append(f"  coherence: {self.coherence}{mark('coherence.protocol')}, serve {self.serve_ns} ns "
+                     f"per spinner{mark('coherence.serve_ns')}")
         lines.append("  software costs (ns): " + ", ".join(
             f"{k} {v:g}" for k, v in self.data["costs_ns"].items()))
-        if self.wakeup_ns:
-            lines.append(f"  wake-up latency: {self.wakeup_ns:g} ns")
+        if self.wakeup_ns or "os.wakeup_ns" in defaulted:
+            lines.append(f"  wake-up latency: {self.wakeup_ns:g} ns{mark('os.wakeup_ns')}")
         if self.memory_ns:
             lines.append("  memory (ns): " + ", ".join(f"{k} {v:g}" for k, v in self.memory_ns.items()))
         return "\n".join(lines)
@@ -298,7 +319,7 @@ def _validate(data: dict[str, Any], source: str) -> None:
     layout = topo.get("core_layout", "crossbar")
     if layout not in ("crossbar", "ring"):
         raise SimschedError(f"{source}: topology.core_layout must be crossbar or ring, got {layout!r}")
-    protocol = data.get("coherence", {}).get("protocol", "snoop")
+    protocol = data.get("coherence", {}).get("protocol", DEFAULTS["coherence"]["protocol"])
     if protocol not in ("snoop", "directory"):
         raise SimschedError(f"{source}: coherence.protocol must be snoop or directory, got {protocol!r}")
     lat = data["latency_ns"]

@@ -82,6 +82,7 @@ CASES: dict[str, Case] = {
     "ok/run": Case(run_args()),
     "ok/machine-copy": machine_case(HASWELL),
     "ok/cost-file": csv_case("1\n5\n3\n"),
+    "ok/below-2**53-ns": Case(run_args(workload="uforall:n=10,cost_ns=1e14", repeat=2)),
     "ok/experiment": sweep_case(GOOD_EXPERIMENT),
 
     "unknown/machine": Case(run_args(machine="xeon-nonexistent"), ("unknown machine", "xeon-nonexistent")),
@@ -111,6 +112,13 @@ CASES: dict[str, Case] = {
     "costs/npy-negative": npy_case([1.0, -2.0, 3.0], ">= 0", "costs.npy"),
     "costs/npy-nan": npy_case([1.0, np.nan], "finite", "costs.npy"),
     "costs/missing-file": Case(run_args(workload="file:path={dir}/nowhere.csv"), ("nowhere.csv",)),
+    "costs/npy-2d": npy_case(np.ones((3, 4)), "costs.npy", "2-D", "(3, 4)", "1-D"),
+    "costs/npy-column": npy_case(np.ones((5, 1)), "costs.npy", "2-D", "(5, 1)"),
+    # Scheduling overheads of a few ns vanish in float64 times beyond 2**53 ns.
+    "costs/beyond-2**53-ns": Case(run_args(workload="uforall:n=10,cost_ns=1e300"),
+                                  ("uforall", "1e+301 ns", "2**53 ns", "104 days")),
+    "costs/beyond-2**53-ns-repeated": Case(run_args(workload="uforall:n=10,cost_ns=1e14", repeat=10),
+                                           ("1e+16 ns", "repeats", "2**53 ns")),
 
     "machine/malformed": machine_case(mutate(HASWELL, "[clock]", "[clock"), "not valid TOML"),
     "machine/missing-atomic": machine_case(mutate(HASWELL, "\natomic = 7 ", "\n# atomic removed "),

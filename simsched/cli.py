@@ -286,24 +286,18 @@ def cmd_rank(args) -> int:
     return 0
 
 
-def _chunks_path(path: str | None) -> Path | None:
+def _chunks_path(path: str | None, option: str = "--chunks") -> Path | None:
     """Check a --chunks FILE.csv argument before any work is done."""
-    if not path:
-        return None
-    chunks = Path(path)
-    if chunks.is_dir():
-        raise SimschedError(f"--chunks: {chunks} is a folder, not a file")
-    if not chunks.parent.exists():
-        raise SimschedError(f"--chunks: folder {chunks.parent} does not exist")
-    return chunks
+    from .output import check_output
+
+    return check_output(path, option) if path else None
 
 
 def _write_chunks(result, chunks: Path | None) -> None:
+    from .output import write_whole
+
     if chunks is not None:
-        try:
-            result.chunks.to_csv(chunks, index=False)
-        except OSError as exc:
-            raise SimschedError(f"--chunks: cannot write {chunks}: {exc.strerror or exc}") from None
+        write_whole(chunks, lambda partial: result.chunks.to_csv(partial, index=False), "--chunks")
 
 
 def cmd_native(args) -> int:
@@ -362,10 +356,12 @@ def _native_replay(args) -> int:
     from . import native
     from .sweep import read_table
 
-    out = _chunks_path(args.out)
+    out = _chunks_path(args.out, "--out")
     measured, table = native.replay(read_table(args.result), args.workload, seed=args.seed, timeout_s=args.timeout)
     if out is not None:
-        table.to_csv(out, index=False)
+        from .output import write_whole
+
+        write_whole(out, lambda partial: table.to_csv(partial, index=False), "--out")
     error = (table["measured_ns"] - table["simulated_ns"]).abs() / table["simulated_ns"].where(
         table["simulated_ns"] > 0)
     figures = {"chunks": int(len(table)), "threads": measured.threads,
@@ -404,6 +400,7 @@ def cmd_breakdown(args) -> int:
 
 def cmd_plot(args) -> int:
     from .analysis.plots import plot_ranking, plot_speedup
+    from .output import check_output, image_path
     from .sweep import read_table
 
     path = Path(args.results)
@@ -413,9 +410,7 @@ def cmd_plot(args) -> int:
     rank = experiment.rank if experiment else None
     breakdown = experiment.breakdown if experiment else None
     default = "breakdown.png" if breakdown else "speedup.png"
-    out = Path(args.out) if args.out else folder / default
-    if not out.parent.exists():
-        raise SimschedError(f"--out: folder {out.parent} does not exist")
+    out = image_path(check_output(Path(args.out) if args.out else folder / default, "--out"))
     if breakdown:
         from .analysis.breakdown import breakdown_table, plot_breakdown
 

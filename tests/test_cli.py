@@ -289,3 +289,14 @@ def test_fit_reads_parquet_and_skips_failed_runs(failing_sweep):
     records = json.loads(proc.stdout)
     assert sorted(r["scheduler"] for r in records) == sorted(PUBLISHED)
     assert {r["threads"] for r in records} == {8}
+
+
+@pytest.mark.parametrize("name, written", [("curves", "curves.png"), ("curves.", "curves.png"),
+                                           ("curves.svg", "curves.svg")])
+def test_plot_prints_the_file_it_wrote(sweep, tmp_path, name, written):
+    _, out = sweep
+    proc = simsched_cli("plot", out, "--out", tmp_path / name)
+    assert proc.stdout.strip() == str(tmp_path / written)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [written]  # savefig appended .png, nothing else is left
+    head = (tmp_path / written).read_bytes()[:8]
+    assert head == b"\x89PNG\r\n\x1a\n" if written.endswith(".png") else head.startswith(b"<?xml")

@@ -58,6 +58,9 @@ workload = "uforall:n=32"
 "workload.total_us" = { logspace = [1, 100], num = 3 }
 """
 
+RESULTS = ("machine,scheduler,threads,sequential_ns,speedup,error\n"
+           "haswell-e5-2695v3,fg-tree,4,1000,1.5,\nhaswell-e5-2695v3,fg-tree,4,100000,3.8,\n")
+
 SWEEP = ["sweep", "{dir}/experiment.toml", "--out", "{dir}/out", "--jobs", "1", "--quiet"]
 
 
@@ -168,6 +171,22 @@ CASES: dict[str, Case] = {
     "value/cilk-grain-zero": Case(run_args(scheduler="cilk:grain=0"), ("grain=0 must be >= 1",)),
     "unknown/hybrid-parameter": Case(run_args(scheduler="hybrid:chunk=4"), ("unknown parameter 'chunk'",)),
 
+    # Output files that cannot be written: under a regular file (root may write anywhere else), in /proc.
+    "out/chunks-under-a-file": Case(run_args(chunks="{dir}/afile/c.csv"), ("--chunks", "afile", "not a folder"),
+                                    {"afile": "x"}),
+    "out/chunks-in-proc": Case(run_args(chunks="/proc/simsched-chunks.csv"), ("--chunks", "cannot write")),
+    "out/plot-under-a-file": Case(["plot", "{dir}/results.csv", "--out", "{dir}/afile/x.png"],
+                                  ("--out", "afile", "not a folder"), {"afile": "x", "results.csv": RESULTS}),
+    "out/plot-in-proc": Case(["plot", "{dir}/results.csv", "--out", "/proc/simsched-plot.png"],
+                             ("cannot write", "/proc/simsched-plot.png"), {"results.csv": RESULTS}),
+    "out/plot-unknown-format": Case(["plot", "{dir}/results.csv", "--out", "{dir}/x.v2"], ("--out", ".v2", "png"),
+                                    {"results.csv": RESULTS}),
+    "out/native-calibrate-under-a-file": Case(["native", "calibrate", "--out", "{dir}/afile/host.toml"],
+                                              ("--out", "afile", "not a folder"), {"afile": "x"}),
+    "out/native-replay-under-a-file": Case(["native", "replay", "{dir}/c.csv", "--workload", "uforall:n=10",
+                                            "--out", "{dir}/afile/r.csv"], ("--out", "afile", "not a folder"),
+                                           {"afile": "x", "c.csv": "worker,loop,lo,hi,start,end\n0,0,0,10,0,100\n"}),
+
     # Inputs that once ended in a traceback.
     "bug/negative-seed": Case(run_args(seed=-1), ("seed",)),
     "bug/chunks-is-a-folder": Case(run_args(chunks="{dir}"), ("chunks",)),
@@ -257,6 +276,21 @@ def test_bad_experiments_write_nothing(outcomes, name):
     assert not (outcome.folder / "results").exists(), "a failed sweep wrote into the default results folder"
     if name == "sweep/out-is-a-file":
         assert (outcome.folder / "taken").read_text(encoding="utf-8") == "not a folder"
+
+
+@pytest.mark.parametrize("name", ids("out/"))
+def test_unwritable_output_is_one_line_and_leaves_nothing(outcomes, name):
+    if name.startswith("out/native-"):
+        from simsched import native
+        if not native.available():
+            pytest.skip("native runtime not built")
+    if "proc" in name and not Path("/proc/self").is_dir():
+        pytest.skip("no /proc")
+    outcome = outcomes[name]
+    error_line(outcome, *CASES[name].needles)
+    assert outcome.proc.returncode == 2
+    left = sorted(p.name for p in outcome.folder.iterdir())
+    assert left == sorted(CASES[name].files), f"a failed write left {left}"
 
 
 # -- inputs that once ended in a traceback ---------------------------------------------------------------------------------------------

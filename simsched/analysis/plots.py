@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import SimschedError
+from ..output import save_figure
 from .amdahl import amdahl_speedup
 from .burden import burden_table, loop_durations_us, succeeded
 
@@ -45,7 +46,7 @@ def plot_speedup(results: pd.DataFrame, out: str | Path | None = None, ax=None, 
     ax.set_title("speedup vs loop duration (dotted: fitted T/(d + T/P))", fontsize=9)
     if own and out is not None:
         fig.tight_layout()
-        fig.savefig(out, dpi=120)
+        save_figure(fig, out)
         plt.close(fig)
     return ax
 
@@ -72,6 +73,6 @@ def plot_ranking(table: pd.DataFrame, out: str | Path | None = None):
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
     if out is not None:
-        fig.savefig(out, dpi=120)
+        save_figure(fig, out)
         plt.close(fig)
     return fig

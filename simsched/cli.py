@@ -33,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="simulate one parallel loop")
     run.add_argument("--machine", required=True, help="built-in machine name or machine TOML file")
     _loop_arguments(run, "run the loop this many times back to back (EPCC style)")
+    run.add_argument("--no-chunk-table", action="store_true",
+                     help="keep only counters and per-worker states, not every chunk (for runs of very many chunks)")
 
     machines = sub.add_parser("machines", help="list built-in machines, or describe one")
     machines.add_argument("name", nargs="?", help="machine name or TOML file")
@@ -147,8 +149,11 @@ def cmd_run(args) -> int:
     scheduler = get_scheduler(args.scheduler)
     workload = get_workload(args.workload)
     machine.check_threads(args.threads)  # before --chunks is checked: the likelier mistake first
+    if args.chunks and args.no_chunk_table:
+        raise SimschedError("--chunks writes the chunk table, which --no-chunk-table does not keep: give one of them")
     chunks = _chunks_path(args.chunks)
-    result = simulate(machine, scheduler, workload, args.threads, seed=args.seed, repeat=args.repeat)
+    result = simulate(machine, scheduler, workload, args.threads, seed=args.seed, repeat=args.repeat,
+                      keep_chunks=not args.no_chunk_table)
     _write_chunks(result, chunks)
     if args.json:
         print(json.dumps(result.to_dict()))

@@ -187,6 +187,13 @@ CASES: dict[str, Case] = {
                                             "--out", "{dir}/afile/r.csv"], ("--out", "afile", "not a folder"),
                                            {"afile": "x", "c.csv": "worker,loop,lo,hi,start,end\n0,0,0,10,0,100\n"}),
 
+    # A chunk table that cannot fit any memory is refused before the run; --chunks needs the table.
+    "value/chunk-table-too-big": Case(run_args(scheduler="omp-dynamic:chunk=1", workload="uforall:n=1000000",
+                                               repeat=100000),
+                                      ("omp-dynamic runs at least 100000000000 chunks", "GiB", "--no-chunk-table")),
+    "value/chunks-without-a-table": Case(run_args(chunks="{dir}/c.csv") + ["--no-chunk-table"],
+                                         ("--chunks", "--no-chunk-table")),
+
     # Inputs that once ended in a traceback.
     "bug/negative-seed": Case(run_args(seed=-1), ("seed",)),
     "bug/chunks-is-a-folder": Case(run_args(chunks="{dir}"), ("chunks",)),

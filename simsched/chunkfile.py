@@ -23,13 +23,16 @@ def metadata(result: Result, source: str) -> dict:
 
 
 def write_chunks(result: Result, path: Path, source: str = "simulated") -> None:
-    """Write ``result``'s chunk table to ``path``: the metadata line, then CSV with start_ns and end_ns."""
-    try:
-        with open(path, "w", encoding="utf-8", newline="") as out:
+    """Write ``result``'s chunk table to ``path``, whole or not at all: the metadata line, then CSV with
+    start_ns and end_ns."""
+    from .output import write_whole
+
+    def write(partial: Path) -> None:
+        with open(partial, "w", encoding="utf-8", newline="") as out:
             out.write(PREFIX + json.dumps(metadata(result, source)) + "\n")
             result.chunks.rename(columns=FILE_COLUMNS).to_csv(out, index=False)
-    except OSError as exc:
-        raise SimschedError(f"--chunks: cannot write {path}: {exc.strerror or exc}") from None
+
+    write_whole(path, write, "--chunks")
 
 
 def read_chunks(path: str | Path) -> tuple[pd.DataFrame, dict | None]:

@@ -35,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="simulate one parallel loop")
     run.add_argument("--machine", required=True, help="built-in machine name or machine TOML file")
     _loop_arguments(run, "run the loop this many times back to back (EPCC style)")
+    run.add_argument("--no-chunk-table", action="store_true",
+                     help="keep only counters and per-worker states, not every chunk (for runs of very many chunks)")
 
     machines = sub.add_parser("machines", help="list built-in machines, or describe one")
     machines.add_argument("name", nargs="?", help="machine name or TOML file")
@@ -162,19 +164,24 @@ def cmd_run(args) -> int:
     from .engine import simulate
     from .machine import load_machine
     from .schedulers import get_scheduler
-    from .timeline import check_trace_path, write_trace
     from .workloads import get_workload
 
     machine = load_machine(args.machine)
     scheduler = get_scheduler(args.scheduler)
     workload = get_workload(args.workload)
     machine.check_threads(args.threads)  # before --chunks is checked: the likelier mistake first
-    chunks = _chunks_path(args.chunks)
-    trace = check_trace_path(args.trace)
+    if args.chunks and args.no_chunk_table:
+        raise SimschedError("--chunks writes the chunk table, which --no-chunk-table does not keep: give one of them")
+    chunks = _output_path(args.chunks)
+    trace = _output_path(args.trace, "--trace")
+    if trace is not None and args.no_chunk_table:
+        raise SimschedError("--trace draws the chunk table, which --no-chunk-table does not keep: give one of them")
     result = simulate(machine, scheduler, workload, args.threads, seed=args.seed, repeat=args.repeat,
-                      timeline=trace is not None)
+                      keep_chunks=not args.no_chunk_table, timeline=trace is not None)
     _write_chunks(result, chunks)
     if trace is not None:
+        from .timeline import write_trace
+
         write_trace(trace, result)
     if args.json:
         print(json.dumps(result.to_dict()))
@@ -192,7 +199,8 @@ def cmd_machines(args) -> int:
             print(json.dumps({"name": machine.name, "description": machine.description,
                               "cores": machine.cores, **{k: v for k, v in machine.data.items()
                                                          if not k.startswith("_")},
-                              "latency_matrix_ns": machine.latency.tolist()}))
+                              "latency_matrix_ns": machine.latency.tolist(),
+                              "defaults": {d: machine.setting(*d.split(".")) for d in machine.defaulted()}}))
         else:
             print(machine.describe())
         return 0
@@ -326,16 +334,11 @@ def cmd_rank(args) -> int:
     return 0
 
 
-def _chunks_path(path: str | None) -> Path | None:
-    """Check a --chunks FILE.csv argument before any work is done."""
-    if not path:
-        return None
-    chunks = Path(path)
-    if chunks.is_dir():
-        raise SimschedError(f"--chunks: {chunks} is a folder, not a file")
-    if not chunks.parent.exists():
-        raise SimschedError(f"--chunks: folder {chunks.parent} does not exist")
-    return chunks
+def _output_path(path: str | None, option: str = "--chunks") -> Path | None:
+    """Check an output file argument (--chunks, --trace, --out) before any work is done."""
+    from .output import check_output
+
+    return check_output(path, option) if path else None
 
 
 def _write_chunks(result, chunks: Path | None, source: str = "simulated") -> None:
@@ -375,18 +378,19 @@ def cmd_native(args) -> int:
             print(format_validation(table))
         return 0
     from .schedulers import get_scheduler
-    from .timeline import check_trace_path, write_trace
     from .workloads import get_workload
 
     native.native_config(get_scheduler(args.scheduler))
     get_workload(args.workload)
     native.check_threads(args.threads)
-    chunks = _chunks_path(args.chunks)
-    trace = check_trace_path(args.trace)
+    chunks = _output_path(args.chunks)
+    trace = _output_path(args.trace, "--trace")
     result = native.run(args.scheduler, args.workload, args.threads, seed=args.seed, repeat=args.repeat,
                         timeout_s=args.timeout, array_bytes=args.array_bytes, timeline=trace is not None)
     _write_chunks(result, chunks, "native")
     if trace is not None:
+        from .timeline import write_trace
+
         write_trace(trace, result, kind="native")
     if args.json:
         print(json.dumps({**result.to_dict(), **native.summary(result)}))
@@ -402,7 +406,7 @@ def _native_replay(args) -> int:
     from .chunkfile import read_chunks, replay_seed
     from .workloads import get_workload
 
-    out = _chunks_path(args.out)
+    out = _output_path(args.out, "--out")
     chunks, meta = read_chunks(args.result)
     seed = replay_seed(meta, args.result, get_workload(args.workload), args.seed)
     if meta is None:
@@ -410,7 +414,9 @@ def _native_replay(args) -> int:
               f"with seed {seed} unchecked", file=sys.stderr)
     measured, table = native.replay(chunks, args.workload, seed=seed, timeout_s=args.timeout)
     if out is not None:
-        table.to_csv(out, index=False)
+        from .output import write_whole
+
+        write_whole(out, lambda partial: table.to_csv(partial, index=False), "--out")
     error = (table["measured_ns"] - table["simulated_ns"]).abs() / table["simulated_ns"].where(
         table["simulated_ns"] > 0)
     figures = {"chunks": int(len(table)), "threads": measured.threads,
@@ -449,6 +455,7 @@ def cmd_breakdown(args) -> int:
 
 def cmd_plot(args) -> int:
     from .analysis.plots import plot_ranking, plot_speedup
+    from .output import check_output, image_path
     from .sweep import read_table
 
     if args.timeline:
@@ -462,9 +469,7 @@ def cmd_plot(args) -> int:
     rank = experiment.rank if experiment else None
     breakdown = experiment.breakdown if experiment else None
     default = "breakdown.png" if breakdown else "speedup.png"
-    out = Path(args.out) if args.out else folder / default
-    if not out.parent.exists():
-        raise SimschedError(f"--out: folder {out.parent} does not exist")
+    out = image_path(check_output(Path(args.out) if args.out else folder / default, "--out"))
     if breakdown:
         from .analysis.breakdown import breakdown_table, plot_breakdown
 
@@ -485,9 +490,10 @@ def _plot_timeline(args) -> int:
 
     if args.results is not None:
         raise SimschedError("plot takes either a results table or --timeline TRACE, not both")
-    out = Path(args.out) if args.out else Path(args.timeline[0]).with_suffix(".png")
-    if not out.parent.exists():
-        raise SimschedError(f"--out: folder {out.parent} does not exist")
+    from .output import check_output, image_path
+
+    out = image_path(check_output(Path(args.out) if args.out else Path(args.timeline[0]).with_suffix(".png"),
+                                  "--out"))
     if any(Path(trace).resolve() == out.resolve() for trace in args.timeline):
         raise SimschedError(f"--out: {out} is one of the traces; name another image file")
     print(plot_timeline(args.timeline, out))

@@ -6,14 +6,16 @@ from collections import Counter
 from typing import Sequence
 
 import numpy as np
-import pandas as pd
 import simpy
 
-from .errors import ExecutionError, SimschedError
-from .loop import Loop
+from .chunks import ChunkLog, chunk_limit, too_many_chunks, verify_exactly_once
+from .errors import SimschedError
+from .loop import Loop, check_total
 from .machine import Machine, load_machine
 from .memory import Memory
-from .result import CHUNK_COLUMNS, SEGMENT_COLUMNS, Result
+from .result import SEGMENT_COLUMNS, Result
+
+__all__ = ["STATES", "Simulation", "simulate", "simulate_program", "verify_exactly_once"]
 
 # Split and create are the task-pool runtimes' (lbs.py): splitting loop tasks, creating tasks.
 STATES = ("compute", "schedule", "steal", "split", "create", "sync", "idle")
@@ -23,7 +25,7 @@ class Simulation:
     """The state of one run: SimPy environment, modeled memory, per-worker accounting and the chunk log."""
 
     def __init__(self, machine: Machine, threads: int, loops: Sequence[Loop] = (), seed: int = 0,
-                 timeline: bool = False):
+                 keep_chunks: bool = True, timeline: bool = False):
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise SimschedError(f"seed must be an integer >= 0, got {seed!r}")
         self.machine = machine
@@ -44,7 +46,8 @@ class Simulation:
         self.last: list[tuple] = [()] * self.threads
         # A wait each worker is in (state, since), timed by ``begin``/``end``.
         self.open: list[tuple | None] = [None] * self.threads
-        self._chunks: list[tuple[int, int, int, int, float, float]] = []
+        # Without the table, chunks are only counted and checked (a run of 10^8 chunks fits in memory).
+        self.keep_chunks = keep_chunks
         # With ``timeline``, every accounted segment outside compute (the chunk table holds those) as
         # (worker, state, start, end); None otherwise, so that a run without a timeline stores nothing.
         self.segments: list[tuple[int, str, float, float]] | None = [] if timeline else None
@@ -69,6 +72,10 @@ class Simulation:
                     self.children[index][i] = len(self.loops)
                     self.loops.append(inner[i])
         self.loop_end = [0.0] * len(self.loops)
+        self._chunks = ChunkLog([loop.n for loop in self.loops], self.keep_chunks,
+                                chunk_limit() if self.keep_chunks else None)
+        check_total(sum(loop.total for loop in self.loops),
+                    "the iteration costs of all the program's loops (repeats and nested loops included)")
 
     # Workers index the memory's latency rows by worker number, since worker w sits on cores[w].
 
@@ -145,6 +152,12 @@ class Simulation:
         if self.children and not scheduler.NESTED:
             raise SimschedError(f"scheduler {scheduler.name} cannot run nested loops; "
                                 "the loop-task schedulers (lbs, adapt-g, adapt-l, distrib, offload, cellss) can")
+        if self.keep_chunks:
+            # Refuse up front a table that cannot fit rather than die after hours of simulation.
+            least = sum(scheduler.min_chunks(loop.n, self.threads) for loop in self.loops)
+            if least > self._chunks.limit:
+                raise too_many_chunks(least, f"{scheduler.spec} runs at least")
+        self._chunks.coverage.what = scheduler.spec
         scheduler.setup(self)
         env = self.env
         processes = [env.process(scheduler.worker(self, w)) for w in range(self.threads)]
@@ -169,10 +182,7 @@ class Simulation:
         for w in range(self.threads):
             busy = sum(self.time[s][w] for s in STATES if s != "idle")
             idle[w] = max(makespan - busy, 0.0)
-        table = np.array(self._chunks, dtype=float).reshape(-1, len(CHUNK_COLUMNS))
-        chunks = pd.DataFrame({name: table[:, i].astype(np.int64) if i < 4 else table[:, i]
-                               for i, name in enumerate(CHUNK_COLUMNS)})
-        verify_exactly_once(chunks, [loop.n for loop in self.loops], scheduler.spec)
+        self._chunks.finish()
         sequential = sum(loop.total for loop in self.loops)
         ends = [self.loop_end[index] for index in self.program]
         return Result(
@@ -184,7 +194,7 @@ class Simulation:
             makespan_ns=makespan,
             sequential_ns=sequential,
             state_ns={s: np.asarray(v) for s, v in self.time.items()},
-            chunks=chunks,
+            chunks=self._chunks,
             counters=dict(sorted(self.counters.items())),
             loop_ns=list(np.diff([0.0] + ends)),
             events=next(env._eid),  # SimPy numbers every scheduled event
@@ -192,12 +202,14 @@ class Simulation:
         )
 
 
-def segment_table(segments, makespan: float) -> pd.DataFrame:
+def segment_table(segments, makespan: float):
     """The recorded segments as a table (worker, state, start, end), cut at ``makespan`` like the state totals.
 
     Back-to-back segments of one worker in one state merge into one, so a worker that probes
     or spins in many short steps shows as one stretch.
     """
+    import pandas as pd
+
     frame = pd.DataFrame(segments, columns=SEGMENT_COLUMNS).astype({"worker": np.int64, "start": float,
                                                                      "end": float})
     if frame.empty:
@@ -212,40 +224,21 @@ def segment_table(segments, makespan: float) -> pd.DataFrame:
     return merged.reset_index(drop=True)
 
 
-def verify_exactly_once(chunks: pd.DataFrame, sizes: Sequence[int], scheduler: str) -> None:
-    """Raise unless every iteration of loop i (of ``sizes[i]`` iterations) ran exactly once in ``chunks``."""
-    for index, n in enumerate(sizes):
-        rows = chunks[chunks["loop"] == index]
-        runs = np.zeros(n + 1, dtype=np.int64)
-        lo = rows["lo"].to_numpy()
-        hi = rows["hi"].to_numpy()
-        if len(rows) and (lo.min() < 0 or hi.max() > n):
-            raise ExecutionError(f"loop {index}: a chunk lies outside [0, {n})")
-        np.add.at(runs, lo, 1)
-        np.add.at(runs, hi, -1)
-        counts = np.cumsum(runs)[:-1]
-        bad = np.flatnonzero(counts != 1)
-        if bad.size:
-            i = int(bad[0])
-            raise ExecutionError(
-                f"loop {index}: iteration {i} ran {int(counts[i])} times under {scheduler}"
-                f" ({bad.size} iteration(s) wrong)")
-
-
 def simulate(machine, scheduler, workload, threads: int, seed: int = 0, repeat: int = 1,
-             timeline: bool = False, **params) -> Result:
+             keep_chunks: bool = True, timeline: bool = False, **params) -> Result:
     """Simulate one parallel loop: ``machine``, ``scheduler`` and ``workload`` are objects or spec strings.
 
     ``repeat`` runs the same loop that many times back to back (EPCC style), so the
-    makespan includes how one loop's end overlaps the next one's start. With ``timeline``
-    the Result also holds every worker's state segments (``Result.segments``).
+    makespan includes how one loop's end overlaps the next one's start. With
+    ``keep_chunks=False`` the result has no chunk table (``chunk_count`` still counts them);
+    with ``timeline`` it also holds every worker's state segments (``Result.segments``).
     """
     return simulate_program(machine, scheduler, [workload], threads, seed=seed, repeat=repeat,
-                            timeline=timeline, **params)
+                            keep_chunks=keep_chunks, timeline=timeline, **params)
 
 
 def simulate_program(machine, scheduler, workloads, threads: int, seed: int = 0, repeat: int = 1,
-                     timeline: bool = False, **params) -> Result:
+                     keep_chunks: bool = True, timeline: bool = False, **params) -> Result:
     """Simulate a sequence of parallel loops run back to back by the same workers (``repeat`` times over)."""
     from .schedulers import get_scheduler
     from .workloads import get_workload
@@ -259,7 +252,7 @@ def simulate_program(machine, scheduler, workloads, threads: int, seed: int = 0,
     specs = [get_workload(w) for w in workloads]
     if not specs:
         raise SimschedError("a program needs at least one loop")
-    sim = Simulation(machine, threads, seed=seed, timeline=timeline)
+    sim = Simulation(machine, threads, seed=seed, keep_chunks=keep_chunks, timeline=timeline)
     # The run's one generator draws the costs, so the same seed gives the same loops.
     sim.load([loop for w in specs for loop in w.loops(sim.rng)] * int(repeat))
     result = sim.run(sched)

@@ -8,6 +8,20 @@ import numpy as np
 
 from .errors import SimschedError
 
+# Times are float64 ns. Below 2**53 ns (about 104 days) neighbouring floats are at most 1 ns
+# apart, so a few ns of scheduling overhead still count when added to a time; beyond it they
+# vanish in rounding and the run would report nothing about the scheduler.
+MAX_TOTAL_NS = 2.0 ** 53
+
+
+def check_total(total: float, what: str) -> None:
+    """Raise unless ``total`` ns (``what`` adds up to it) keeps 1 ns resolution in float64 times."""
+    if not np.isfinite(total):
+        raise SimschedError(f"{what} add up to more than a float can hold")
+    if total >= MAX_TOTAL_NS:
+        raise SimschedError(f"{what} add up to {total:.4g} ns; the bound is 2**53 ns = {MAX_TOTAL_NS:.4g} ns "
+                            "(about 104 days), beyond which float64 times lose 1 ns resolution")
+
 
 class Loop:
     """One parallel loop over iterations [0, n): its costs as prefix sums, so any chunk costs O(1)."""
@@ -24,8 +38,7 @@ class Loop:
         with np.errstate(over="ignore"):
             self.prefix = np.concatenate(([0.0], np.cumsum(costs)))
         self.total = float(self.prefix[-1])
-        if not np.isfinite(self.total):
-            raise SimschedError("the iteration costs add up to more than a float can hold")
+        check_total(self.total, "the iteration costs")
         self.name = name
         # Loops nested in iterations: iteration i runs its own cost, then the whole loop inner[i].
         self.inner = dict(inner or {})

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import heapq
+import itertools
 import math
 import tomllib
 from dataclasses import dataclass, field
@@ -10,7 +12,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import networkx as nx
 import numpy as np
 
 from .errors import SimschedError
@@ -82,6 +83,12 @@ _TOP_LEVEL = {"name": str, "description": str}
 MAX_CORES = 1024
 MAX_VALUE = 1e12  # no latency, cost or clock in a machine file is anywhere near this (ns, GHz)
 _REQUIRED_SECTIONS = ("topology", "clock", "latency_ns", "costs_ns")
+# What a machine file that leaves out [coherence] or [os] (or one of their keys) gets: shown
+# as "(default)" by ``simsched machines NAME``, so a what-if machine states only what it changes.
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "coherence": {"protocol": "snoop", "serve_ns": 0.0},
+    "os": {"wakeup_ns": 0.0},
+}
 
 
 @dataclass
@@ -92,16 +99,21 @@ class Machine:
     description: str
     data: dict[str, Any] = field(repr=False)
     latency: np.ndarray = field(repr=False)
-    graph: nx.Graph = field(repr=False)
+    links: "Topology" = field(repr=False)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "<dict>") -> "Machine":
         """Validate a machine description (as parsed from TOML) and build its model."""
         _validate(data, source)
-        graph, latency = _build_topology(data, source)
+        links, latency = _build_topology(data, source)
         name = data.get("name", Path(source).stem)
         return cls(name=name, description=data.get("description", ""), data=data,
-                   latency=latency, graph=graph)
+                   latency=latency, links=links)
+
+    @property
+    def graph(self):
+        """The core/socket graph as a networkx Graph (edge attribute ``weight`` in ns)."""
+        return self.links.to_networkx()
 
     # -- structure -------------------------------------------------------------------
     @property
@@ -135,18 +147,27 @@ class Machine:
         """One cache-line transfer as a fraction of the one-way (ping-pong) latency."""
         return float(self.data["latency_ns"].get("transfer_fraction", 0.5))
 
+    def setting(self, section: str, key: str) -> Any:
+        """A [coherence] or [os] value: the machine file's, else its documented default."""
+        return self.data.get(section, {}).get(key, DEFAULTS[section][key])
+
+    def defaulted(self) -> list[str]:
+        """The ``section.key`` settings the machine file leaves to their defaults."""
+        return [f"{section}.{key}" for section, keys in DEFAULTS.items() for key in keys
+                if key not in self.data.get(section, {})]
+
     @property
     def wakeup_ns(self) -> float:
-        return float(self.data.get("os", {}).get("wakeup_ns", 0.0))
+        return float(self.setting("os", "wakeup_ns"))
 
     @property
     def coherence(self) -> str:
-        return self.data.get("coherence", {}).get("protocol", "snoop")
+        return self.setting("coherence", "protocol")
 
     @property
     def serve_ns(self) -> float:
         """Time the line's source takes per spinner when spinners re-read after a write."""
-        return float(self.data.get("coherence", {}).get("serve_ns", 0.0))
+        return float(self.setting("coherence", "serve_ns"))
 
     @property
     def memory_ns(self) -> dict[str, float]:
@@ -233,11 +254,17 @@ class Machine:
         smt = self.data["latency_ns"].get("smt")
         if smt is not None:
             lines.append(f"  one-way latency between hyperthreads: {smt} ns")
-        lines.append(f"  coherence: {self.coherence}, serve {self.serve_ns} ns per spinner")
+        defaulted = self.defaulted()
+
+        def mark(setting):
+            return " (default)" if setting in defaulted else ""
+
+        lines.append(f"  coherence: {self.coherence}{mark('coherence.protocol')}, serve {self.serve_ns} ns "
+                     f"per spinner{mark('coherence.serve_ns')}")
         lines.append("  software costs (ns): " + ", ".join(
             f"{k} {v:g}" for k, v in self.data["costs_ns"].items()))
-        if self.wakeup_ns:
-            lines.append(f"  wake-up latency: {self.wakeup_ns:g} ns")
+        if self.wakeup_ns or "os.wakeup_ns" in defaulted:
+            lines.append(f"  wake-up latency: {self.wakeup_ns:g} ns{mark('os.wakeup_ns')}")
         if self.memory_ns:
             lines.append("  memory (ns): " + ", ".join(f"{k} {v:g}" for k, v in self.memory_ns.items()))
         return "\n".join(lines)
@@ -298,7 +325,7 @@ def _validate(data: dict[str, Any], source: str) -> None:
     layout = topo.get("core_layout", "crossbar")
     if layout not in ("crossbar", "ring"):
         raise SimschedError(f"{source}: topology.core_layout must be crossbar or ring, got {layout!r}")
-    protocol = data.get("coherence", {}).get("protocol", "snoop")
+    protocol = data.get("coherence", {}).get("protocol", DEFAULTS["coherence"]["protocol"])
     if protocol not in ("snoop", "directory"):
         raise SimschedError(f"{source}: coherence.protocol must be snoop or directory, got {protocol!r}")
     lat = data["latency_ns"]
@@ -313,12 +340,75 @@ def _validate(data: dict[str, Any], source: str) -> None:
         raise SimschedError(f"{source}: clock.turbo_all_ghz must not exceed clock.turbo_max_ghz")
 
 
-def _build_topology(data: dict[str, Any], source: str) -> tuple[nx.Graph, np.ndarray]:
+class Topology:
+    """An undirected weighted graph of cores and sockets, kept as plain dicts (networkx costs 0.2 s to import).
+
+    Nodes, edges and neighbours keep the order they were added in, as in a networkx Graph,
+    so that shortest paths, and so the latencies, come out as networkx computes them.
+    """
+
+    def __init__(self):
+        self.nodes: dict[tuple, dict[str, Any]] = {}
+        self.adj: dict[tuple, dict[tuple, float]] = {}
+        self.edges: list[tuple[tuple, tuple, float]] = []
+
+    def add_node(self, node, **attrs) -> None:
+        self.nodes.setdefault(node, {}).update(attrs)
+        self.adj.setdefault(node, {})
+
+    def add_edge(self, a, b, weight: float) -> None:
+        for node in (a, b):
+            self.add_node(node)
+        self.adj[a][b] = weight
+        self.adj[b][a] = weight
+        self.edges.append((a, b, weight))
+
+    def is_connected(self) -> bool:
+        start = next(iter(self.adj))
+        reached, todo = {start}, [start]
+        while todo:
+            for other in self.adj[todo.pop()]:
+                if other not in reached:
+                    reached.add(other)
+                    todo.append(other)
+        return len(reached) == len(self.adj)
+
+    def distances(self, source) -> dict[tuple, float]:
+        """Shortest-path lengths from ``source``: Dijkstra as networkx runs it (same order, same sums)."""
+        dist: dict[tuple, float] = {}
+        seen: dict[tuple, float] = {source: 0}
+        tie = itertools.count()
+        fringe = [(0, next(tie), source)]
+        while fringe:
+            d, _, node = heapq.heappop(fringe)
+            if node in dist:
+                continue
+            dist[node] = d
+            for other, cost in self.adj[node].items():
+                length = d + cost
+                if other not in dist and (other not in seen or length < seen[other]):
+                    seen[other] = length
+                    heapq.heappush(fringe, (length, next(tie), other))
+        return dist
+
+    def to_networkx(self):
+        """The same graph as a networkx Graph."""
+        import networkx as nx
+
+        graph = nx.Graph()
+        for node, attrs in self.nodes.items():
+            graph.add_node(node, **attrs)
+        for a, b, weight in self.edges:
+            graph.add_edge(a, b, weight=weight)
+        return graph
+
+
+def _build_topology(data: dict[str, Any], source: str) -> tuple[Topology, np.ndarray]:
     """The core/socket graph and the core-to-core one-way latency matrix it implies."""
     topo, lat = data["topology"], data["latency_ns"]
     sockets, per = topo["sockets"], topo["cores_per_socket"]
     n = sockets * per
-    graph = nx.Graph()
+    graph = Topology()
     for s in range(sockets):
         graph.add_node(("socket", s), kind="socket")
         for i in range(per):
@@ -356,17 +446,16 @@ def _build_topology(data: dict[str, Any], source: str) -> tuple[nx.Graph, np.nda
             raise SimschedError(f"{source}: topology.socket_links must be full, ring or a list of pairs")
         for a, b in pairs:
             graph.add_edge(("socket", a), ("socket", b), weight=float(lat["socket_hop"]))
-        if not nx.is_connected(graph):
+        if not graph.is_connected():
             raise SimschedError(f"{source}: topology.socket_links leave some sockets unreachable")
     if "matrix" in lat:
         matrix = np.asarray(lat["matrix"], dtype=float) if _is_matrix(lat["matrix"], n) else None
         if matrix is None:
             raise SimschedError(f"{source}: latency_ns.matrix must be a {n}x{n} table of numbers >= 0")
         return graph, matrix
-    dist = dict(nx.all_pairs_dijkstra_path_length(graph, weight="weight"))
     matrix = np.zeros((n, n))
     for a in range(n):
-        row = dist[("core", a)]
+        row = graph.distances(("core", a))
         for b in range(n):
             if a != b:
                 matrix[a, b] = row[("core", b)]

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-CHUNK_COLUMNS = ["worker", "loop", "lo", "hi", "start", "end"]
+from .chunks import CHUNK_COLUMNS, ChunkLog
+
+__all__ = ["CHUNK_COLUMNS", "SEGMENT_COLUMNS", "Result"]
+
 # A timeline's segments outside compute: the worker, its state, and when it entered and left it (ns).
 SEGMENT_COLUMNS = ["worker", "state", "start", "end"]
 
@@ -25,14 +27,23 @@ class Result:
     makespan_ns: float
     sequential_ns: float
     state_ns: dict[str, np.ndarray]
-    chunks: pd.DataFrame
+    # A DataFrame, or a simulation's ChunkLog whose DataFrame is built on first use of ``chunks``.
+    chunks: InitVar[Any]
     counters: dict[str, int]
     loop_ns: list[float] = field(default_factory=list)
     events: int = 0
     repeat: int = 1
     # Every worker's states over time (SEGMENT_COLUMNS), recorded only when a timeline was asked for;
     # compute is in ``chunks`` and idle is what neither covers.
-    segments: pd.DataFrame | None = None
+    segments: Any = None  # a pandas DataFrame
+
+    def __post_init__(self, chunks):
+        self._chunks = chunks
+
+    @property
+    def chunk_count(self) -> int:
+        """How many chunks ran (known also when the run kept no chunk table)."""
+        return len(self._chunks)
 
     @property
     def speedup(self) -> float:
@@ -44,8 +55,10 @@ class Result:
         """Total ns over all workers in each state."""
         return {state: float(times.sum()) for state, times in self.state_ns.items()}
 
-    def states(self) -> pd.DataFrame:
+    def states(self):
         """Per-worker time in each state as a DataFrame (rows are workers)."""
+        import pandas as pd
+
         frame = pd.DataFrame({s: t for s, t in self.state_ns.items()})
         frame.index.name = "worker"
         return frame
@@ -72,7 +85,7 @@ class Result:
             "speedup": self.speedup,
             "state_ns": self.state_totals,
             "counters": dict(self.counters),
-            "chunks": int(len(self.chunks)),
+            "chunks": self.chunk_count,
             "repeat": self.repeat,
             "loop_ns": [float(x) for x in self.loop_ns],
             "events": self.events,
@@ -85,7 +98,7 @@ class Result:
             f"  makespan     {self.makespan_ns / 1e3:14.3f} us",
             f"  sequential   {self.sequential_ns / 1e3:14.3f} us",
             f"  speedup      {self.speedup:14.3f}",
-            f"  chunks       {len(self.chunks):14d}",
+            f"  chunks       {self.chunk_count:14d}",
         ]
         return "\n".join(lines + self.detail_lines())
 
@@ -100,3 +113,15 @@ class Result:
         if self.counters:
             lines.append("  counters: " + ", ".join(f"{k}={v}" for k, v in sorted(self.counters.items())))
         return lines
+
+
+def _chunk_table(self):
+    """The chunk table (worker, loop, lo, hi, start, end) as a pandas DataFrame."""
+    if isinstance(self._chunks, ChunkLog):
+        return self._chunks.table()
+    return self._chunks
+
+
+# A property beside the dataclass's ``chunks`` argument (a property inside the class body
+# would be taken for the argument's default).
+Result.chunks = property(_chunk_table)

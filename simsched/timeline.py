@@ -129,26 +129,12 @@ def describe(result: Result, kind: str) -> dict:
 
 def write_trace(path: str | Path, result: Result, kind: str = "simulated") -> Path:
     """Write ``result`` as a Trace Event Format JSON file that ui.perfetto.dev and chrome://tracing open."""
-    path = Path(path)
+    from .output import write_whole
+
     document = {"traceEvents": trace_events(result, kind), "displayTimeUnit": "ns",
                 "otherData": {"simsched": [describe(result, kind)]}}
-    try:
-        path.write_text(json.dumps(document), encoding="utf-8")
-    except OSError as exc:
-        raise SimschedError(f"--trace: cannot write {path}: {exc.strerror or exc}") from None
-    return path
-
-
-def check_trace_path(path: str | None) -> Path | None:
-    """Check a --trace FILE.json argument before any work is done."""
-    if not path:
-        return None
-    trace = Path(path)
-    if trace.is_dir():
-        raise SimschedError(f"--trace: {trace} is a folder, not a file")
-    if not trace.parent.exists():
-        raise SimschedError(f"--trace: folder {trace.parent} does not exist")
-    return trace
+    return write_whole(path, lambda partial: partial.write_text(json.dumps(document), encoding="utf-8"),
+                       "--trace")
 
 
 def read_trace(path: str | Path) -> list[dict]:

@@ -154,6 +154,39 @@ def test_machines_describes_one_machine():
     assert f"atomic {data['costs_ns']['atomic']:g}" in text
 
 
+def without_sections(text: str, *sections: str) -> str:
+    """A machine file's text with whole ``[section]`` tables left out."""
+    kept, skip = [], False
+    for line in text.splitlines():
+        if line.startswith("["):
+            skip = line.strip() in sections
+        if not skip:
+            kept.append(line)
+    return "\n".join(kept) + "\n"
+
+
+def test_a_machine_without_coherence_or_os_gets_the_listed_defaults(tmp_path):
+    text = (ROOT / "machines" / "haswell-e5-2695v3.toml").read_text(encoding="utf-8")
+    bare = tmp_path / "bare.toml"
+    bare.write_text(without_sections(text, "[coherence]", "[os]"), encoding="utf-8")
+    explicit = tmp_path / "explicit.toml"
+    explicit.write_text(without_sections(text, "[coherence]", "[os]")
+                        + '[coherence]\nprotocol = "snoop"\nserve_ns = 0\n[os]\nwakeup_ns = 0\n', encoding="utf-8")
+    described = simsched_cli("machines", str(bare)).stdout
+    assert "coherence: snoop (default), serve 0.0 ns per spinner (default)" in described
+    assert "wake-up latency: 0 ns (default)" in described
+    assert json.loads(simsched_cli("machines", str(bare), "--json").stdout)["defaults"] == {
+        "coherence.protocol": "snoop", "coherence.serve_ns": 0.0, "os.wakeup_ns": 0.0}
+    assert "(default)" not in simsched_cli("machines", "haswell-e5-2695v3").stdout
+    assert json.loads(simsched_cli("machines", "haswell-e5-2695v3", "--json").stdout)["defaults"] == {}
+    # serve_ns and wakeup_ns matter to these runs, so the defaults are exactly the values listed.
+    for scheduler in ("omp-static:barrier=central", "cilk:sleep_after=1"):
+        makespans = [json.loads(simsched_cli("run", "--machine", machine, "--scheduler", scheduler, "--threads", "28",
+                                             "--workload", "uniform:n=2000", "--json").stdout)["makespan_ns"]
+                     for machine in (str(bare), str(explicit), "haswell-e5-2695v3")]
+        assert makespans[0] == makespans[1] != makespans[2], scheduler
+
+
 # -- simsched sweep and fit -------------------------------------------------------------------------------
 
 def sweep_cli(tmp_path_factory, name, threads, *options, status=0):
@@ -257,3 +290,14 @@ def test_fit_reads_parquet_and_skips_failed_runs(failing_sweep):
     records = json.loads(proc.stdout)
     assert sorted(r["scheduler"] for r in records) == sorted(PUBLISHED)
     assert {r["threads"] for r in records} == {8}
+
+
+@pytest.mark.parametrize("name, written", [("curves", "curves.png"), ("curves.", "curves.png"),
+                                           ("curves.svg", "curves.svg")])
+def test_plot_prints_the_file_it_wrote(sweep, tmp_path, name, written):
+    _, out = sweep
+    proc = simsched_cli("plot", out, "--out", tmp_path / name)
+    assert proc.stdout.strip() == str(tmp_path / written)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [written]  # savefig appended .png, nothing else is left
+    head = (tmp_path / written).read_bytes()[:8]
+    assert head == b"\x89PNG\r\n\x1a\n" if written.endswith(".png") else head.startswith(b"<?xml")

@@ -58,6 +58,9 @@ workload = "uforall:n=32"
 "workload.total_us" = { logspace = [1, 100], num = 3 }
 """
 
+RESULTS = ("machine,scheduler,threads,sequential_ns,speedup,error\n"
+           "haswell-e5-2695v3,fg-tree,4,1000,1.5,\nhaswell-e5-2695v3,fg-tree,4,100000,3.8,\n")
+
 SWEEP = ["sweep", "{dir}/experiment.toml", "--out", "{dir}/out", "--jobs", "1", "--quiet"]
 
 
@@ -82,6 +85,7 @@ CASES: dict[str, Case] = {
     "ok/run": Case(run_args()),
     "ok/machine-copy": machine_case(HASWELL),
     "ok/cost-file": csv_case("1\n5\n3\n"),
+    "ok/below-2**53-ns": Case(run_args(workload="uforall:n=10,cost_ns=1e14", repeat=2)),
     "ok/experiment": sweep_case(GOOD_EXPERIMENT),
 
     "unknown/machine": Case(run_args(machine="xeon-nonexistent"), ("unknown machine", "xeon-nonexistent")),
@@ -111,6 +115,13 @@ CASES: dict[str, Case] = {
     "costs/npy-negative": npy_case([1.0, -2.0, 3.0], ">= 0", "costs.npy"),
     "costs/npy-nan": npy_case([1.0, np.nan], "finite", "costs.npy"),
     "costs/missing-file": Case(run_args(workload="file:path={dir}/nowhere.csv"), ("nowhere.csv",)),
+    "costs/npy-2d": npy_case(np.ones((3, 4)), "costs.npy", "2-D", "(3, 4)", "1-D"),
+    "costs/npy-column": npy_case(np.ones((5, 1)), "costs.npy", "2-D", "(5, 1)"),
+    # Scheduling overheads of a few ns vanish in float64 times beyond 2**53 ns.
+    "costs/beyond-2**53-ns": Case(run_args(workload="uforall:n=10,cost_ns=1e300"),
+                                  ("uforall", "1e+301 ns", "2**53 ns", "104 days")),
+    "costs/beyond-2**53-ns-repeated": Case(run_args(workload="uforall:n=10,cost_ns=1e14", repeat=10),
+                                           ("1e+16 ns", "repeats", "2**53 ns")),
 
     "machine/malformed": machine_case(mutate(HASWELL, "[clock]", "[clock"), "not valid TOML"),
     "machine/missing-atomic": machine_case(mutate(HASWELL, "\natomic = 7 ", "\n# atomic removed "),
@@ -159,6 +170,29 @@ CASES: dict[str, Case] = {
     "value/stealing-chunk-zero": Case(run_args(scheduler="stealing:chunk=0"), ("chunk=0 must be >= 1",)),
     "value/cilk-grain-zero": Case(run_args(scheduler="cilk:grain=0"), ("grain=0 must be >= 1",)),
     "unknown/hybrid-parameter": Case(run_args(scheduler="hybrid:chunk=4"), ("unknown parameter 'chunk'",)),
+
+    # Output files that cannot be written: under a regular file (root may write anywhere else), in /proc.
+    "out/chunks-under-a-file": Case(run_args(chunks="{dir}/afile/c.csv"), ("--chunks", "afile", "not a folder"),
+                                    {"afile": "x"}),
+    "out/chunks-in-proc": Case(run_args(chunks="/proc/simsched-chunks.csv"), ("--chunks", "cannot write")),
+    "out/plot-under-a-file": Case(["plot", "{dir}/results.csv", "--out", "{dir}/afile/x.png"],
+                                  ("--out", "afile", "not a folder"), {"afile": "x", "results.csv": RESULTS}),
+    "out/plot-in-proc": Case(["plot", "{dir}/results.csv", "--out", "/proc/simsched-plot.png"],
+                             ("cannot write", "/proc/simsched-plot.png"), {"results.csv": RESULTS}),
+    "out/plot-unknown-format": Case(["plot", "{dir}/results.csv", "--out", "{dir}/x.v2"], ("--out", ".v2", "png"),
+                                    {"results.csv": RESULTS}),
+    "out/native-calibrate-under-a-file": Case(["native", "calibrate", "--out", "{dir}/afile/host.toml"],
+                                              ("--out", "afile", "not a folder"), {"afile": "x"}),
+    "out/native-replay-under-a-file": Case(["native", "replay", "{dir}/c.csv", "--workload", "uforall:n=10",
+                                            "--out", "{dir}/afile/r.csv"], ("--out", "afile", "not a folder"),
+                                           {"afile": "x", "c.csv": "worker,loop,lo,hi,start,end\n0,0,0,10,0,100\n"}),
+
+    # A chunk table that cannot fit any memory is refused before the run; --chunks needs the table.
+    "value/chunk-table-too-big": Case(run_args(scheduler="omp-dynamic:chunk=1", workload="uforall:n=1000000",
+                                               repeat=100000),
+                                      ("omp-dynamic runs at least 100000000000 chunks", "GiB", "--no-chunk-table")),
+    "value/chunks-without-a-table": Case(run_args(chunks="{dir}/c.csv") + ["--no-chunk-table"],
+                                         ("--chunks", "--no-chunk-table")),
 
     # Inputs that once ended in a traceback.
     "bug/negative-seed": Case(run_args(seed=-1), ("seed",)),
@@ -249,6 +283,21 @@ def test_bad_experiments_write_nothing(outcomes, name):
     assert not (outcome.folder / "results").exists(), "a failed sweep wrote into the default results folder"
     if name == "sweep/out-is-a-file":
         assert (outcome.folder / "taken").read_text(encoding="utf-8") == "not a folder"
+
+
+@pytest.mark.parametrize("name", ids("out/"))
+def test_unwritable_output_is_one_line_and_leaves_nothing(outcomes, name):
+    if name.startswith("out/native-"):
+        from simsched import native
+        if not native.available():
+            pytest.skip("native runtime not built")
+    if "proc" in name and not Path("/proc/self").is_dir():
+        pytest.skip("no /proc")
+    outcome = outcomes[name]
+    error_line(outcome, *CASES[name].needles)
+    assert outcome.proc.returncode == 2
+    left = sorted(p.name for p in outcome.folder.iterdir())
+    assert left == sorted(CASES[name].files), f"a failed write left {left}"
 
 
 # -- inputs that once ended in a traceback ---------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import simsched
-from simsched import SimschedError, load_machine
+from simsched import SimschedError, builtin_machines, load_machine
 from simsched.machine import Machine
 
 BUILTIN = ["cell-qs22", "haswell-e5-2695v3", "xeon-e5-4620", "xeon-e7-4860v2"]
@@ -108,3 +108,20 @@ def test_replace_builds_a_modified_copy():
 def test_unknown_machine_lists_the_builtin_ones():
     with pytest.raises(SimschedError, match="unknown machine 'nope'.*xeon-e7-4860v2"):
         load_machine("nope")
+
+
+@pytest.mark.parametrize("name, changes", [(name, {}) for name in builtin_machines()] + [
+    ("xeon-e5-4620", {"topology.socket_links": [[0, 1], [1, 2], [2, 3], [1, 3]]}),
+    ("xeon-e7-4860v2", {"topology.core_layout": "ring", "latency_ns.ring_hop": 7.3, "topology.socket_links": "ring"}),
+    ("cell-qs22", {"topology.sockets": 5, "topology.socket_links": "ring"}),
+])
+def test_latencies_are_networkx_shortest_paths_bit_for_bit(name, changes):
+    """The latency matrix is computed without networkx, and must equal what networkx computes from the same graph."""
+    import networkx as nx
+
+    machine = load_machine(name).replace(**changes) if changes else load_machine(name)
+    paths = dict(nx.all_pairs_dijkstra_path_length(machine.graph, weight="weight"))
+    expected = np.array([[paths[("core", a)][("core", b)] if a != b else 0.0 for b in range(machine.cores)]
+                         for a in range(machine.cores)])
+    assert np.array_equal(machine.latency, expected)
+    assert expected.max() > 0

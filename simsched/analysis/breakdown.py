@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import SimschedError
+from ..output import save_figure
 from .burden import succeeded
 
 # Result states summed into each published category.
@@ -137,6 +138,6 @@ def plot_breakdown(table: pd.DataFrame, out=None):
     axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
     if out is not None:
-        fig.savefig(out, dpi=120)
+        save_figure(fig, out)
         plt.close(fig)
     return fig

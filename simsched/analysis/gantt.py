@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..engine import STATES
-from ..errors import SimschedError
+from ..output import save_figure
 from ..timeline import read_trace
 
 # Successive chunks alternate two greens, so that chunk boundaries show.
@@ -52,11 +52,7 @@ def plot_timeline(traces: list[str | Path], out: str | Path) -> Path:
                for s in STATES if s in shown]
     fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0, 1, 0.94))
-    out = Path(out)
     try:
-        fig.savefig(out, dpi=120)
-    except OSError as exc:
-        raise SimschedError(f"--out: cannot write {out}: {exc.strerror or exc}") from None
+        return save_figure(fig, out, "--out")
     finally:
         plt.close(fig)
-    return out

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import SimschedError
+from ..output import save_figure
 from .amdahl import amdahl_speedup, saturating_speedup
 from .burden import burden_table, loop_durations_us, succeeded
 
@@ -54,7 +55,7 @@ def plot_speedup(results: pd.DataFrame, out: str | Path | None = None, ax=None, 
                  fontsize=9)
     if own and out is not None:
         fig.tight_layout()
-        fig.savefig(out, dpi=120)
+        save_figure(fig, out)
         plt.close(fig)
     return ax
 
@@ -81,6 +82,6 @@ def plot_ranking(table: pd.DataFrame, out: str | Path | None = None):
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
     if out is not None:
-        fig.savefig(out, dpi=120)
+        save_figure(fig, out)
         plt.close(fig)
     return fig

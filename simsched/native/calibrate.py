@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import SimschedError
 from ..machine import load_machine
+from ..output import check_output, write_whole
 from . import check_threads, require, run
 
 
@@ -117,22 +118,15 @@ wakeup_ns = {m["wakeup"]:.0f}          # condition-variable signal until the blo
 def calibrate(out: str | Path, threads: int | None = None, rounds: int = 20000, command: str = "",
               progress=print) -> Path:
     """Measure this machine and write its machine file to ``out`` (checked loadable before it is kept)."""
-    out = Path(out)
-    if out.exists() and out.is_dir():
-        raise SimschedError(f"--out {out} is a folder; give a file name such as {out / 'host.toml'}")
-    if not out.parent.exists():
-        raise SimschedError(f"--out: folder {out.parent} does not exist")
+    out = check_output(out, "--out")
     try:
         measured = measure(threads, rounds, progress)
     except TimeoutError as exc:  # a probe's own time bound
         raise SimschedError(f"calibration stopped: {exc}") from None
     text = machine_text(measured, command or "simsched native calibrate")
-    partial = out.with_name(out.name + ".partial")
-    partial.write_text(text, encoding="utf-8")
-    try:
+
+    def write(partial):
+        partial.write_text(text, encoding="utf-8")
         load_machine(partial)
-        partial.replace(out)
-    finally:
-        if partial.exists():
-            partial.unlink()
-    return out
+
+    return write_whole(out, write, "--out")

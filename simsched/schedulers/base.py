@@ -27,6 +27,10 @@ class Scheduler:
         changed = {k: v for k, v in self.params.items() if v != self.PARAMS[k].default}
         return format_spec(self.name, changed)
 
+    def min_chunks(self, n: int, threads: int) -> int:
+        """A cheap lower bound on the chunks a loop of ``n`` iterations takes (each loop takes one)."""
+        return 1
+
     def setup(self, sim) -> None:
         """Allocate the run's shared lines before the workers start."""
 

@@ -28,6 +28,9 @@ class OmpDynamic(SelfScheduling):
     name = "omp-dynamic"
     summary = "OpenMP dynamic: fixed chunks by fetch-and-add on one counter"
 
+    def min_chunks(self, n, threads):
+        return -(-n // self.params["chunk"])
+
     def share(self, sim, w, index):
         # Claiming chunk i by index is the same atomic as claiming iteration i*k.
         chunks = FixedChunks(sim.loops[index].n, self.params["chunk"])

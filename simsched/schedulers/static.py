@@ -52,6 +52,10 @@ class OmpStatic(FullBarriers):
                                 "tree-barrier: an extra combining tree barrier (Intel)"),
     }
 
+    def min_chunks(self, n, threads):
+        chunk = self.params["chunk"]
+        return -(-n // chunk) if chunk else 1
+
     def share(self, sim, w, index):
         n, chunk = sim.loops[index].n, self.params["chunk"]
         if not chunk:

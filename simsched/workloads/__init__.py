@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import SimschedError
-from ..loop import Loop
+from ..loop import Loop, check_total
 from ..spec import Param, format_spec, parse_spec, resolve_params
 
 _N = Param("n", int, 1000, lambda v: v >= 1, ">= 1", help="number of iterations")
@@ -48,6 +48,9 @@ class Workload:
             raise SimschedError(f"workload {self.spec}: iteration costs must be finite")
         if np.any(costs < 0):
             raise SimschedError(f"workload {self.spec}: iteration costs must be >= 0")
+        with np.errstate(over="ignore"):
+            total = float(costs.sum())
+        check_total(total, f"workload {self.spec}: the iteration costs")
         return costs
 
     def generate(self, rng: np.random.Generator) -> np.ndarray:
@@ -164,7 +167,10 @@ class FileCosts(Workload):
                         if _is_number(frame.columns[0]) else frame.iloc[:, 0].to_numpy()
                 else:
                     raise SimschedError(f"workload file: {path} needs one column or a cost_ns column")
-            costs = np.asarray(costs, dtype=float).ravel()
+            costs = np.asarray(costs, dtype=float)
+            if costs.ndim != 1:
+                raise SimschedError(f"workload file: {path} holds a {costs.ndim}-D array of shape "
+                                    f"{costs.shape}; costs must be a 1-D array")
         except SimschedError:
             raise
         except Exception as exc:  # unreadable or non-numeric data

@@ -1,0 +1,168 @@
+"""The chunk log of a run: every chunk's record kept compactly, and the check that each iteration ran once."""
+
+from __future__ import annotations
+
+import os
+import resource
+from typing import Sequence
+
+import numpy as np
+
+from .errors import ExecutionError, SimschedError
+
+CHUNK_COLUMNS = ["worker", "loop", "lo", "hi", "start", "end"]
+# Records wait as Python tuples (the cheapest thing to append) until this many are turned
+# into one float64 block: 48 bytes a chunk instead of about 200 as tuples.
+BLOCK = 1 << 16
+# Peak memory a kept chunk costs (the float64 blocks, then the DataFrame built from them),
+# measured as the growth of maxrss per chunk of `simsched run --chunks` (about 120 bytes).
+BYTES_PER_CHUNK = 128
+# The share of this machine's memory the chunk table may take.
+MEMORY_SHARE = 0.5
+NO_TABLE_HINT = "run without it: simsched run --no-chunk-table, or simulate(..., keep_chunks=False)"
+
+
+def memory_bytes() -> int:
+    """This process's memory: the machine's physical memory, or less under an address-space limit."""
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return min(total, limit) if limit != resource.RLIM_INFINITY else total
+
+
+def chunk_limit() -> int:
+    """How many chunks a kept table may hold before it would crowd this machine's memory."""
+    return int(memory_bytes() * MEMORY_SHARE) // BYTES_PER_CHUNK
+
+
+def too_many_chunks(chunks: int, how: str) -> SimschedError:
+    """The one-line error for a chunk table that would not fit memory."""
+    gib = memory_bytes() / 2**30
+    return SimschedError(f"{how} {chunks} chunks; their table needs about "
+                         f"{chunks * BYTES_PER_CHUNK / 2**30:.1f} GiB, more than {MEMORY_SHARE:.0%} of this "
+                         f"machine's {gib:.1f} GiB; {NO_TABLE_HINT}")
+
+
+class Coverage:
+    """The iterations of each loop that have run, as sorted disjoint [lo, hi) intervals merged as chunks come.
+
+    Memory grows with the intervals not yet merged (a few per worker), not with
+    iterations or chunks, so a run need not keep its chunks to be checked.
+    """
+
+    def __init__(self, sizes: Sequence[int], what: str = ""):
+        self.sizes = np.asarray(sizes, dtype=np.int64)
+        self.what = what
+        self.intervals: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def add(self, loop: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Add chunks [lo, hi) of loops ``loop``; raise if one leaves its loop or repeats an iteration."""
+        loop, lo, hi = (np.asarray(a).astype(np.int64) for a in (loop, lo, hi))
+        if not loop.size:
+            return
+        unknown = (loop < 0) | (loop >= self.sizes.size)
+        if unknown.any():
+            raise ExecutionError(f"a chunk names loop {int(loop[unknown][0])}, which the program does not have")
+        outside = (lo < 0) | (hi > self.sizes[loop]) | (hi < lo)
+        if outside.any():
+            index = int(loop[outside][0])
+            raise ExecutionError(f"loop {index}: a chunk lies outside [0, {int(self.sizes[index])})")
+        ran = hi > lo
+        loop, lo, hi = loop[ran], lo[ran], hi[ran]
+        order = np.lexsort((lo, loop))
+        loop, lo, hi = loop[order], lo[order], hi[order]
+        cuts = np.flatnonzero(np.diff(loop)) + 1
+        for first, stop in zip(np.r_[0, cuts], np.r_[cuts, loop.size]):
+            self._merge(int(loop[first]), lo[first:stop], hi[first:stop])
+
+    def _merge(self, index: int, lo: np.ndarray, hi: np.ndarray) -> None:
+        if index in self.intervals:
+            old_lo, old_hi = self.intervals[index]
+            lo, hi = np.concatenate((old_lo, lo)), np.concatenate((old_hi, hi))
+            order = np.argsort(lo, kind="stable")
+            lo, hi = lo[order], hi[order]
+        overlap = np.flatnonzero(lo[1:] < hi[:-1])
+        if overlap.size:
+            i = int(lo[overlap[0] + 1])
+            times = int(((lo <= i) & (hi > i)).sum())
+            raise ExecutionError(f"loop {index}: iteration {i} ran {times} times under {self.what}")
+        # Touching intervals become one: [a, b) and [b, c) are [a, c).
+        apart = lo[1:] != hi[:-1]
+        self.intervals[index] = (lo[np.r_[True, apart]], hi[np.r_[apart, True]])
+
+    def check(self) -> None:
+        """Raise unless every iteration of every loop has run (repeats were refused as they came)."""
+        for index, n in enumerate(self.sizes.tolist()):
+            lo, hi = self.intervals.get(index, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+            if lo.size == 1 and lo[0] == 0 and hi[0] == n:
+                continue
+            i = 0 if not lo.size or lo[0] > 0 else int(hi[0])
+            missing = n - int((hi - lo).sum())
+            raise ExecutionError(f"loop {index}: iteration {i} ran 0 times under {self.what}"
+                                 f" ({missing} iteration(s) wrong)")
+
+
+def verify_exactly_once(chunks, sizes: Sequence[int], scheduler: str) -> None:
+    """Raise unless every iteration of loop i (of ``sizes[i]`` iterations) ran exactly once in ``chunks``."""
+    coverage = Coverage(sizes, scheduler)
+    coverage.add(chunks["loop"].to_numpy(), chunks["lo"].to_numpy(), chunks["hi"].to_numpy())
+    coverage.check()
+
+
+class ChunkLog:
+    """The chunks a simulation records: (worker, loop, lo, hi, start, end) rows, or with ``keep=False`` their count.
+
+    Either way each chunk is checked against the loop's coverage as it is logged, so a
+    run that keeps no table is checked just as well.
+    """
+
+    def __init__(self, sizes: Sequence[int], keep: bool = True, limit: int | None = None):
+        self.keep = keep
+        self.coverage = Coverage(sizes)
+        self.pending: list[tuple] = []
+        self.blocks: list[np.ndarray] = []
+        self.count = 0
+        self.limit = limit
+        self.frame = None
+
+    def append(self, record: tuple) -> None:
+        """Log one chunk (worker, loop, lo, hi, start, end)."""
+        pending = self.pending
+        pending.append(record)
+        if len(pending) >= BLOCK:
+            self.flush()
+
+    def flush(self) -> None:
+        """Turn the waiting records into a block, checking their coverage."""
+        if not self.pending:
+            return
+        block = np.array(self.pending, dtype=float).reshape(-1, len(CHUNK_COLUMNS))
+        self.pending.clear()
+        self.coverage.add(block[:, 1], block[:, 2], block[:, 3])
+        self.count += len(block)
+        if self.keep:
+            self.blocks.append(block)
+            if self.limit is not None and self.count > self.limit:
+                raise too_many_chunks(self.count, "the chunk table passed")
+
+    def finish(self) -> None:
+        """Check that every iteration of every loop ran exactly once."""
+        self.flush()
+        self.coverage.check()
+
+    def __len__(self) -> int:
+        return self.count + len(self.pending)
+
+    def table(self):
+        """The chunk table as a DataFrame, in the order the chunks were logged (the blocks are then freed)."""
+        import pandas as pd
+
+        if not self.keep:
+            raise SimschedError("this run kept no chunk table (it ran with keep_chunks=False, "
+                                "or simsched run --no-chunk-table)")
+        if self.frame is None:
+            self.flush()
+            table = np.concatenate(self.blocks) if self.blocks else np.zeros((0, len(CHUNK_COLUMNS)))
+            self.blocks = []
+            self.frame = pd.DataFrame({name: table[:, i].astype(np.int64) if i < 4 else table[:, i]
+                                       for i, name in enumerate(CHUNK_COLUMNS)})
+        return self.frame

@@ -293,10 +293,11 @@ def run_point(point: dict[str, Any]) -> dict[str, Any]:
         row["machine"] = row["machine"].name
     start = time.perf_counter()
     try:
+        # A point keeps its figures, never its chunk table.
         result = simulate(point["machine"], point["scheduler"], point["workload"], point["threads"],
-                          seed=point["seed"], repeat=point["repeat"])
+                          seed=point["seed"], repeat=point["repeat"], keep_chunks=False)
         row.update(makespan_ns=result.makespan_ns, sequential_ns=result.sequential_ns,
-                   speedup=result.speedup, chunks=len(result.chunks), events=result.events)
+                   speedup=result.speedup, chunks=result.chunk_count, events=result.events)
         for state, ns in result.state_totals.items():
             row[f"state_{state}_ns"] = ns
         for name, count in result.counters.items():

@@ -58,8 +58,9 @@ workload = "uforall:n=32"
 "workload.total_us" = { logspace = [1, 100], num = 3 }
 """
 
-RESULTS = ("machine,scheduler,threads,sequential_ns,speedup,error\n"
-           "haswell-e5-2695v3,fg-tree,4,1000,1.5,\nhaswell-e5-2695v3,fg-tree,4,100000,3.8,\n")
+RESULTS = ("machine,scheduler,threads,workload,sequential_ns,speedup,error\n"
+           'haswell-e5-2695v3,fg-tree,4,"uforall:n=4,total_us=1",1000,1.5,\n'
+           'haswell-e5-2695v3,fg-tree,4,"uforall:n=4,total_us=100",100000,3.8,\n')
 
 SWEEP = ["sweep", "{dir}/experiment.toml", "--out", "{dir}/out", "--jobs", "1", "--quiet"]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,8 +89,11 @@ def fit_saturating(t_us, speedup) -> SaturatingFit:
     peak = float(s.max())
     start_d = max(float(np.median(t / s - t / peak)), 1e-6)
     try:
-        params, cov = optimize.curve_fit(saturating_speedup, t, s, p0=[start_d, peak],
-                                         bounds=([0.0, 1e-9], [np.inf, np.inf]), maxfev=20000)
+        with warnings.catch_warnings():
+            # Two durations fit two parameters exactly: no covariance, which the empty interval below says.
+            warnings.simplefilter("ignore", optimize.OptimizeWarning)
+            params, cov = optimize.curve_fit(saturating_speedup, t, s, p0=[start_d, peak],
+                                             bounds=([0.0, 1e-9], [np.inf, np.inf]), maxfev=20000)
     except (RuntimeError, ValueError):  # no convergence: report no fit rather than a wrong one
         nan = float("nan")
         return SaturatingFit(nan, nan, nan, nan)

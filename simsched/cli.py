@@ -26,7 +26,7 @@ def _integer(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .native import HOST_MACHINE_FILE
+    from .host import HOST_MACHINE_FILE
 
     parser = _Parser(prog="simsched", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=_version())
@@ -342,9 +342,9 @@ def _output_path(path: str | None, option: str = "--chunks") -> Path | None:
 
 
 def _write_chunks(result, chunks: Path | None, source: str = "simulated") -> None:
-    from .chunkfile import write_chunks
-
     if chunks is not None:
+        from .chunkfile import write_chunks
+
         write_chunks(result, chunks, source)
 
 

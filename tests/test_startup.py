@@ -27,6 +27,8 @@ def heavy_modules_after(code: str) -> list[str]:
 @pytest.mark.parametrize("code", [
     "import simsched.cli",
     "import simsched",
+    "import contextlib, io\nfrom simsched.cli import main\nwith contextlib.redirect_stdout(io.StringIO()):\n"
+    "    try:\n        main(['--help'])\n    except SystemExit:\n        pass",
     "from simsched.cli import main\nassert main(['run', '--machine', 'xeon-e7-4860v2', '--scheduler', 'omp-dynamic', "
     "'--threads', '8', '--workload', 'uniform:n=200', '--json']) == 0",
     "from simsched.cli import main\nassert main(['machines', 'cell-qs22']) == 0",

@@ -38,9 +38,6 @@ NATIVE = {
     "hybrid": ("hybrid", True, True, "tree"),
 }
 DEFAULT_TIMEOUT_S = 60.0
-# Where calibrate writes this machine's model and validate reads it: the working directory, which
-# exists wherever simsched is installed (a checkout's machines/ would also make it a built-in machine).
-HOST_MACHINE_FILE = "host.toml"
 MAX_REPEAT = 1_000_000
 INT32 = 2**31 - 1
 

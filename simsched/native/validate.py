@@ -15,7 +15,8 @@ from ..analysis.amdahl import fit_burden
 from ..engine import simulate
 from ..errors import SimschedError
 from ..machine import load_machine
-from . import HOST_MACHINE_FILE, NATIVE, check_threads, require, run
+from ..host import HOST_MACHINE_FILE
+from . import NATIVE, check_threads, require, run
 
 # Shipped as package data, so the reference builds after a plain install too.
 OPENMP_SOURCE = Path(__file__).resolve().parent / "omp_uforall.c"

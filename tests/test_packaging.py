@@ -81,3 +81,14 @@ def test_validate_runs_the_openmp_reference_from_an_install(installed, tmp_path)
                              "--repeat", "1", "--json").stdout)
     reference = [r for r in records if r["scheduler"] == "host-openmp-static"]
     assert len(reference) == 1 and len(reference[0]["native_loop_us"]) == 2
+
+
+def test_no_build_artefact_is_tracked():
+    """Wheels, compiled extensions and build folders stay out of the repository."""
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    artefacts = [f for f in tracked if f.endswith((".whl", ".so", ".pyc", ".o", ".egg-info"))
+                 or f.split("/")[0] in ("build", "dist", "results")]
+    assert artefacts == []

@@ -35,14 +35,20 @@ def amdahl_speedup(t_us, d_us: float, threads: int):
     return t / (d_us + t / threads)
 
 
-def fit_burden(t_us, speedup, threads: int) -> BurdenFit:
-    """Least-squares fit of d in S(T) = T/(d + T/P) to (T, S) points, as the E1 publication fits it."""
+def _fit_points(t_us, speedup) -> tuple[np.ndarray, np.ndarray]:
+    """The (T, S) points a fit can use (finite and positive); at least two of them, or an error."""
     t = np.asarray(t_us, dtype=float)
     s = np.asarray(speedup, dtype=float)
     keep = np.isfinite(t) & np.isfinite(s) & (t > 0) & (s > 0)
     t, s = t[keep], s[keep]
     if t.size < 2:
         raise SimschedError(f"need at least two loop durations to fit a burden, got {t.size}")
+    return t, s
+
+
+def fit_burden(t_us, speedup, threads: int) -> BurdenFit:
+    """Least-squares fit of d in S(T) = T/(d + T/P) to (T, S) points, as the E1 publication fits it."""
+    t, s = _fit_points(t_us, speedup)
     if threads < 1:
         raise SimschedError(f"threads must be >= 1 to fit a burden, got {threads}")
     # A closed-form start: each point alone gives d = T/S - T/P.
@@ -80,12 +86,7 @@ def fit_saturating(t_us, speedup) -> SaturatingFit:
 
     The half-widths are NaN where the points cannot bound them (two points fit exactly).
     """
-    t = np.asarray(t_us, dtype=float)
-    s = np.asarray(speedup, dtype=float)
-    keep = np.isfinite(t) & np.isfinite(s) & (t > 0) & (s > 0)
-    t, s = t[keep], s[keep]
-    if t.size < 2:
-        raise SimschedError(f"need at least two loop durations to fit a burden, got {t.size}")
+    t, s = _fit_points(t_us, speedup)
     peak = float(s.max())
     start_d = max(float(np.median(t / s - t / peak)), 1e-6)
     try:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from .errors import SimschedError
+from .hierarchy import Hierarchy, socket_hops
 
 # The schema every machine file is checked against: section -> key -> (type, required, check, rule).
 _POSITIVE = (lambda v: v > 0, "> 0")
@@ -80,6 +81,8 @@ SCHEMA: dict[str, dict[str, tuple]] = {
     },
 }
 _TOP_LEVEL = {"name": str, "description": str}
+# The memory hierarchy ([cache.l1], [cache.l2], ..., [dram]): nested tables, checked in hierarchy.py.
+_HIERARCHY_SECTIONS = ("cache", "dram")
 MAX_CORES = 1024
 MAX_VALUE = 1e12  # no latency, cost or clock in a machine file is anywhere near this (ns, GHz)
 _REQUIRED_SECTIONS = ("topology", "clock", "latency_ns", "costs_ns")
@@ -100,15 +103,18 @@ class Machine:
     data: dict[str, Any] = field(repr=False)
     latency: np.ndarray = field(repr=False)
     links: "Topology" = field(repr=False)
+    # Caches and DRAM, or None when the machine file describes none (no locality model then).
+    hierarchy: "Hierarchy | None" = field(default=None, repr=False)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "<dict>") -> "Machine":
         """Validate a machine description (as parsed from TOML) and build its model."""
         _validate(data, source)
         links, latency = _build_topology(data, source)
+        hierarchy = Hierarchy.from_machine_data(data, socket_hops(links, data["topology"]["sockets"]), source)
         name = data.get("name", Path(source).stem)
         return cls(name=name, description=data.get("description", ""), data=data,
-                   latency=latency, links=links)
+                   latency=latency, links=links, hierarchy=hierarchy)
 
     @property
     def graph(self):
@@ -224,11 +230,13 @@ class Machine:
             # A variant must not pass for the machine it came from in result tables.
             data["name"] = f"{self.name}[" + ",".join(f"{k.replace('__', '.')}={v}" for k, v in changes.items()) + "]"
         for dotted, value in changes.items():
-            section, _, key = dotted.replace("__", ".").partition(".")
-            if not key:
-                data[section] = value
-            else:
-                data.setdefault(section, {})[key] = value
+            *tables, key = dotted.replace("__", ".").split(".")
+            table = data
+            for name in tables:  # cache.l3.size_kib reaches into nested tables
+                table = table.setdefault(name, {})
+                if not isinstance(table, dict):
+                    raise SimschedError(f"cannot set {dotted}: {name} is not a table")
+            table[key] = value
         keys = {k.replace("__", ".") for k in changes}
         if "latency_ns.matrix" not in keys and keys & {"topology.sockets", "topology.cores_per_socket"}:
             data["latency_ns"].pop("matrix", None)  # it described the old core count
@@ -267,6 +275,9 @@ class Machine:
             lines.append(f"  wake-up latency: {self.wakeup_ns:g} ns{mark('os.wakeup_ns')}")
         if self.memory_ns:
             lines.append("  memory (ns): " + ", ".join(f"{k} {v:g}" for k, v in self.memory_ns.items()))
+        if self.hierarchy is not None:
+            lines.append("  memory hierarchy:")
+            lines.extend(self.hierarchy.describe())
         return "\n".join(lines)
 
 
@@ -285,7 +296,7 @@ def _validate(data: dict[str, Any], source: str) -> None:
             if not isinstance(value, _TOP_LEVEL[key]):
                 raise SimschedError(f"{source}: key {key} must be a string")
             continue
-        if key not in SCHEMA:
+        if key not in SCHEMA and key not in _HIERARCHY_SECTIONS:
             raise SimschedError(f"{source}: unknown section or key {key!r}")
         if not isinstance(value, dict):
             raise SimschedError(f"{source}: {key} must be a table")
@@ -293,7 +304,7 @@ def _validate(data: dict[str, Any], source: str) -> None:
         if section not in data:
             raise SimschedError(f"{source}: missing section [{section}]")
     for section, table in data.items():
-        if section not in SCHEMA:
+        if section not in SCHEMA:  # the hierarchy sections are checked by Hierarchy
             continue
         for key in table:
             if key not in SCHEMA[section]:

@@ -1,0 +1,213 @@
+"""A machine's memory hierarchy: its cache levels, who shares each, and its DRAM per NUMA node, as data.
+
+A machine file describes it in ``[cache.l1]``, ``[cache.l2]``, ... (innermost first) and
+``[dram]``; the locality model (``locality.py``) reads it from here. Sizes are per instance
+of a level (one per core, or one per socket), latencies are one line's access time, and
+bandwidths are what one core reading at that level gets (``bandwidth_gbs``) and what all the
+cores sharing an instance get together (``shared_bandwidth_gbs``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import SimschedError
+
+SHARING = ("core", "socket")  # innermost first: a level is private to a core or shared by a socket's cores
+_LEVEL_NAME = re.compile(r"l[1-9]")
+
+
+def _number(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _positive(table: dict, key: str, where: str, required: bool = True) -> float | None:
+    if key not in table:
+        if required:
+            raise SimschedError(f"{where}: missing key {key}")
+        return None
+    value = table[key]
+    if not _number(value) or value <= 0:
+        raise SimschedError(f"{where}.{key} must be a number > 0, got {value!r}")
+    return float(value)
+
+
+def _by_hops(table: dict, where: str, hops: int) -> tuple[float, ...]:
+    """``remote_latency_ns``: one number for every remote socket, or a list by hop count (1 hop, 2 hops, ...)."""
+    value = table["remote_latency_ns"]
+    values = value if isinstance(value, list) else [value]
+    if not values or not all(_number(v) and v > 0 for v in values):
+        raise SimschedError(f"{where}.remote_latency_ns must be a number > 0 or a list of them by hop count, "
+                            f"got {value!r}")
+    if isinstance(value, list) and len(values) < hops:
+        raise SimschedError(f"{where}.remote_latency_ns lists {len(values)} hop count(s); the sockets are up to "
+                            f"{hops} hops apart")
+    return tuple(float(v) for v in values) if isinstance(value, list) else (float(value),) * max(hops, 1)
+
+
+def _check_keys(table: Any, allowed: set[str], where: str) -> dict:
+    if not isinstance(table, dict):
+        raise SimschedError(f"{where} must be a table")
+    for key in table:
+        if key not in allowed:
+            raise SimschedError(f"{where}: unknown key {key!r} (expected {', '.join(sorted(allowed))})")
+    return table
+
+
+@dataclass(frozen=True)
+class CacheLevel:
+    """One cache level: size and line per instance, which cores share an instance, and its access costs."""
+
+    name: str
+    size_bytes: int
+    line_bytes: int
+    shared_by: str
+    latency_ns: float
+    bandwidth_gbs: float
+    shared_bandwidth_gbs: float | None
+    # A line held by this level of another socket, by hop count (socket-shared levels only; else empty).
+    remote_latency_ns: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class Dram:
+    """Main memory: one NUMA node per socket, each with its own controllers."""
+
+    size_bytes: int
+    latency_ns: float
+    remote_latency_ns: tuple[float, ...]
+    bandwidth_gbs: float
+    shared_bandwidth_gbs: float | None
+
+
+_CACHE_KEYS = {"size_kib", "line_bytes", "shared_by", "latency_ns", "bandwidth_gbs", "shared_bandwidth_gbs",
+               "remote_latency_ns", "outstanding_misses"}
+_DRAM_KEYS = {"node", "size_gib", "latency_ns", "remote_latency_ns", "bandwidth_gbs", "shared_bandwidth_gbs"}
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    """The caches (innermost first) and DRAM of a machine, and how many socket hops apart its sockets are."""
+
+    levels: tuple[CacheLevel, ...]
+    dram: Dram
+    line_bytes: int
+    # Misses one core keeps in flight at once (line fill buffers): independent misses overlap this much.
+    outstanding_misses: int
+    socket_hops: np.ndarray
+
+    @classmethod
+    def from_machine_data(cls, data: dict[str, Any], socket_hops: np.ndarray, source: str) -> "Hierarchy | None":
+        """The hierarchy a machine file describes, checked; None when it describes none."""
+        caches, dram = data.get("cache"), data.get("dram")
+        if caches is None and dram is None:
+            return None
+        hops = int(socket_hops.max()) if socket_hops.size else 0
+        if dram is None:
+            raise SimschedError(f"{source}: [cache.*] levels need a [dram] section (main memory behind them)")
+        caches = _check_keys(caches if caches is not None else {}, {f"l{i}" for i in range(1, 10)},
+                             f"{source}: [cache]")
+        names = sorted(caches, key=lambda name: int(name[1:]))
+        for i, name in enumerate(names, start=1):
+            if not _LEVEL_NAME.fullmatch(name) or name != f"l{i}":
+                raise SimschedError(f"{source}: cache levels must be l1, l2, ... without gaps; found "
+                                    f"{', '.join(names)}")
+        levels, misses, line = [], 1, None
+        for name in names:
+            where = f"{source}: cache.{name}"
+            table = _check_keys(caches[name], _CACHE_KEYS, where)
+            size = _positive(table, "size_kib", where)
+            line_bytes = table.get("line_bytes")
+            if isinstance(line_bytes, bool) or not isinstance(line_bytes, int) or line_bytes < 8 \
+                    or line_bytes & (line_bytes - 1):
+                raise SimschedError(f"{where}.line_bytes must be a power of two >= 8, got {line_bytes!r}")
+            if line is not None and line_bytes != line:
+                raise SimschedError(f"{where}.line_bytes is {line_bytes}, but the levels inside it use {line}")
+            line = line_bytes
+            shared_by = table.get("shared_by")
+            if shared_by not in SHARING:
+                raise SimschedError(f"{where}.shared_by must be core or socket, got {shared_by!r}")
+            remote = ()
+            if "remote_latency_ns" in table:
+                if shared_by != "socket":
+                    raise SimschedError(f"{where}.remote_latency_ns is for socket-shared levels only")
+                remote = _by_hops(table, where, hops)
+            if "outstanding_misses" in table:
+                if name != "l1":
+                    raise SimschedError(f"{where}.outstanding_misses belongs in cache.l1 (its fill buffers)")
+                misses = table["outstanding_misses"]
+                if isinstance(misses, bool) or not isinstance(misses, int) or misses < 1:
+                    raise SimschedError(f"{where}.outstanding_misses must be an integer >= 1, got {misses!r}")
+            levels.append(CacheLevel(name, int(round(size * 1024)), line_bytes, shared_by,
+                                     _positive(table, "latency_ns", where), _positive(table, "bandwidth_gbs", where),
+                                     _positive(table, "shared_bandwidth_gbs", where, required=False), remote))
+        for inner, outer in zip(levels, levels[1:]):
+            where = f"{source}: cache.{outer.name}"
+            if outer.size_bytes <= inner.size_bytes:
+                raise SimschedError(f"{where}.size_kib ({outer.size_bytes / 1024:g}) must exceed cache.{inner.name}."
+                                    f"size_kib ({inner.size_bytes / 1024:g}): levels are listed innermost first")
+            if outer.latency_ns < inner.latency_ns:
+                raise SimschedError(f"{where}.latency_ns ({outer.latency_ns:g}) is below cache.{inner.name}'s "
+                                    f"({inner.latency_ns:g}): levels are listed innermost first")
+            if SHARING.index(outer.shared_by) < SHARING.index(inner.shared_by):
+                raise SimschedError(f"{where} is private to a core inside the socket-shared cache.{inner.name}")
+        where = f"{source}: dram"
+        table = _check_keys(dram, _DRAM_KEYS, where)
+        if table.get("node", "socket") != "socket":
+            raise SimschedError(f"{where}.node must be socket (one NUMA node per socket), got {table['node']!r}")
+        if hops and "remote_latency_ns" not in table:
+            raise SimschedError(f"{where}: missing key remote_latency_ns (the machine has {len(socket_hops)} sockets)")
+        memory = Dram(int(_positive(table, "size_gib", where) * 2**30), _positive(table, "latency_ns", where),
+                      _by_hops(table, where, hops) if "remote_latency_ns" in table else (),
+                      _positive(table, "bandwidth_gbs", where),
+                      _positive(table, "shared_bandwidth_gbs", where, required=False))
+        if levels and memory.latency_ns < levels[-1].latency_ns:
+            raise SimschedError(f"{where}.latency_ns ({memory.latency_ns:g}) is below the last cache level's "
+                                f"({levels[-1].latency_ns:g})")
+        return cls(tuple(levels), memory, line or 64, misses, socket_hops)
+
+    def describe(self) -> list[str]:
+        """One line per level, for ``simsched machines NAME``."""
+        lines = []
+        for level in self.levels:
+            shared = f", {level.shared_bandwidth_gbs:g} GB/s shared" if level.shared_bandwidth_gbs else ""
+            remote = (f", other socket {'/'.join(f'{x:g}' for x in level.remote_latency_ns)} ns"
+                      if level.remote_latency_ns else "")
+            lines.append(f"    {level.name}: {_size(level.size_bytes)} per {level.shared_by}, {level.line_bytes} B lines, "
+                         f"{level.latency_ns:g} ns{remote}, {level.bandwidth_gbs:g} GB/s per core{shared}")
+        d = self.dram
+        remote = f", remote {'/'.join(f'{x:g}' for x in d.remote_latency_ns)} ns" if d.remote_latency_ns else ""
+        shared = f", {d.shared_bandwidth_gbs:g} GB/s per node" if d.shared_bandwidth_gbs else ""
+        lines.append(f"    dram: {_size(d.size_bytes)} per socket, {d.latency_ns:g} ns{remote}, "
+                     f"{d.bandwidth_gbs:g} GB/s per core{shared}")
+        return lines
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:g} {unit}"
+    return f"{nbytes} B"
+
+
+def socket_hops(links, sockets: int) -> np.ndarray:
+    """Hop counts between sockets over the machine's socket links (breadth-first on the topology graph)."""
+    hops = np.zeros((sockets, sockets), dtype=np.int64)
+    for start in range(sockets):
+        seen, frontier, distance = {start}, [start], 0
+        while frontier:
+            distance += 1
+            reached = []
+            for s in frontier:
+                for node in links.adj.get(("socket", s), {}):
+                    if node[0] == "socket" and node[1] not in seen:
+                        seen.add(node[1])
+                        reached.append(node[1])
+                        hops[start, node[1]] = distance
+            frontier = reached
+    return hops

@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     plot = sub.add_parser("plot", help="plot speedup against loop duration (or, for a [rank] experiment, "
                                        "against threads per method; for a [breakdown] one, stacked time "
-                                       "bars) from sweep results")
+                                       "bars; for an [affinity] one, scalability per working set and affinity) from sweep results")
     plot.add_argument("results", nargs="?", help="results table (CSV/Parquet) or a sweep's output folder")
     plot.add_argument("--timeline", nargs="+", metavar="TRACE", help="instead, a Gantt chart of trace JSON "
                                                                      "file(s) written by --trace")
@@ -267,6 +267,15 @@ def cmd_sweep(args) -> int:
         print(format_breakdown(table))
         if spec.get("published"):
             print(f"published: {spec['published']}")
+    if experiment.affinity and failed < len(frame):
+        from .analysis.locality import affinity_table, format_affinity_table
+
+        table = affinity_table(frame)
+        table.to_csv(out / "affinity.csv", index=False)
+        print()
+        print(format_affinity_table(table))
+        if experiment.affinity.get("published"):
+            print(f"published: {experiment.affinity['published']}")
     if experiment.published_d_us and failed < len(frame):
         from .analysis import burden_table, format_burden_table
 
@@ -468,9 +477,14 @@ def cmd_plot(args) -> int:
     experiment = _saved_experiment(path)
     rank = experiment.rank if experiment else None
     breakdown = experiment.breakdown if experiment else None
-    default = "breakdown.png" if breakdown else "speedup.png"
+    affinity = experiment.affinity if experiment else None
+    default = "breakdown.png" if breakdown else "affinity.png" if affinity else "speedup.png"
     out = image_path(check_output(Path(args.out) if args.out else folder / default, "--out"))
-    if breakdown:
+    if affinity:
+        from .analysis.locality import affinity_table, plot_affinity
+
+        plot_affinity(affinity_table(frame), out)
+    elif breakdown:
         from .analysis.breakdown import breakdown_table, plot_breakdown
 
         plot_breakdown(breakdown_table(frame, breakdown["baseline"]), out)

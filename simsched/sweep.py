@@ -25,11 +25,12 @@ from .errors import Interrupted, SimschedError
 from .spec import format_spec, parse_spec
 
 AXES = ("machine", "scheduler", "threads", "workload", "seed", "repeat")
-_SECTIONS = {"experiment", "grid", "fit", "rank", "breakdown"}
+_SECTIONS = {"experiment", "grid", "fit", "rank", "breakdown", "affinity"}
 _EXPERIMENT_KEYS = {"name", "description"}
 _FIT_KEYS = {"published_d_us", "threads", "source"}
 _RANK_KEYS = {"baseline", "baseline_threads", "threads", "highlight", "published"}
 _BREAKDOWN_KEYS = {"baseline", "published", "source"}
+_AFFINITY_KEYS = {"published", "source"}
 
 
 @dataclass
@@ -44,6 +45,7 @@ class Experiment:
     path: Path | None = None
     rank: dict[str, Any] | None = None
     breakdown: dict[str, Any] | None = None
+    affinity: dict[str, Any] | None = None
 
 
 def load_experiment(path: str | Path) -> Experiment:
@@ -91,7 +93,8 @@ def parse_experiment(data: dict[str, Any], source: str = "<config>", path: Path 
                       published_d_us={k: float(v) for k, v in published.items()},
                       source=str(fit.get("source", "")), path=path,
                       rank=_rank_section(data.get("rank"), source, points),
-                      breakdown=_breakdown_section(data.get("breakdown"), source))
+                      breakdown=_breakdown_section(data.get("breakdown"), source),
+                      affinity=_affinity_section(data.get("affinity"), source, points))
 
 
 def _check_fit_grid(points: list[dict[str, Any]], source: str) -> None:
@@ -172,6 +175,21 @@ def _breakdown_section(section: dict[str, Any] | None, source: str) -> dict[str,
         except SimschedError as exc:
             raise SimschedError(f"{source}: breakdown.baseline: {exc}") from None
     return {"baseline": "lbs", **section}
+
+
+def _affinity_section(section: dict[str, Any] | None, source: str,
+                      points: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Validate the optional [affinity] section: scalability, work efficiency and affinity per scheduler (E3)."""
+    if section is None:
+        return None
+    for key, value in section.items():
+        if key not in _AFFINITY_KEYS:
+            raise SimschedError(f"{source}: unknown key affinity.{key}")
+        if not isinstance(value, str):
+            raise SimschedError(f"{source}: affinity.{key} must be a string")
+    if 1 not in {p["threads"] for p in points}:
+        raise SimschedError(f"{source}: [affinity]: scalability T1/TP needs 1 in grid.threads")
+    return dict(section)
 
 
 def _values(key: str, value: Any, source: str) -> list[Any]:
@@ -297,7 +315,8 @@ def run_point(point: dict[str, Any]) -> dict[str, Any]:
         result = simulate(point["machine"], point["scheduler"], point["workload"], point["threads"],
                           seed=point["seed"], repeat=point["repeat"], keep_chunks=False)
         row.update(makespan_ns=result.makespan_ns, sequential_ns=result.sequential_ns,
-                   speedup=result.speedup, chunks=result.chunk_count, events=result.events)
+                   speedup=result.speedup, chunks=result.chunk_count, events=result.events,
+                   affinity=result.affinity["overall"] if result.affinity else None)
         for state, ns in result.state_totals.items():
             row[f"state_{state}_ns"] = ns
         for name, count in result.counters.items():

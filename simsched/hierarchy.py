@@ -19,6 +19,7 @@ import numpy as np
 from .errors import SimschedError
 
 SHARING = ("core", "socket")  # innermost first: a level is private to a core or shared by a socket's cores
+MAX_VALUE = 1e12  # no latency, cost, clock or size in a machine file is anywhere near this (ns, GHz, KiB, GiB)
 _LEVEL_NAME = re.compile(r"l[1-9]")
 
 
@@ -32,8 +33,8 @@ def _positive(table: dict, key: str, where: str, required: bool = True) -> float
             raise SimschedError(f"{where}: missing key {key}")
         return None
     value = table[key]
-    if not _number(value) or value <= 0:
-        raise SimschedError(f"{where}.{key} must be a number > 0, got {value!r}")
+    if not _number(value) or not 0 < value <= MAX_VALUE:
+        raise SimschedError(f"{where}.{key} must be a number > 0 and up to {MAX_VALUE:g}, got {value!r}")
     return float(value)
 
 
@@ -41,9 +42,9 @@ def _by_hops(table: dict, where: str, hops: int) -> tuple[float, ...]:
     """``remote_latency_ns``: one number for every remote socket, or a list by hop count (1 hop, 2 hops, ...)."""
     value = table["remote_latency_ns"]
     values = value if isinstance(value, list) else [value]
-    if not values or not all(_number(v) and v > 0 for v in values):
-        raise SimschedError(f"{where}.remote_latency_ns must be a number > 0 or a list of them by hop count, "
-                            f"got {value!r}")
+    if not values or not all(_number(v) and 0 < v <= MAX_VALUE for v in values):
+        raise SimschedError(f"{where}.remote_latency_ns must be a number > 0 (up to {MAX_VALUE:g}) or a list of "
+                            f"them by hop count, got {value!r}")
     if isinstance(value, list) and len(values) < hops:
         raise SimschedError(f"{where}.remote_latency_ns lists {len(values)} hop count(s); the sockets are up to "
                             f"{hops} hops apart")
@@ -55,6 +56,15 @@ def _jitter(table: dict, where: str) -> float:
     if not _number(value) or not 0 <= value <= 0.5:
         raise SimschedError(f"{where}.jitter_cv must be a number in [0, 0.5], got {value!r}")
     return float(value)
+
+
+def _line_bytes(table: dict, where: str) -> int:
+    if "line_bytes" not in table:
+        raise SimschedError(f"{where}: missing key line_bytes")
+    value = table["line_bytes"]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 8 or value > 2**20 or value & (value - 1):
+        raise SimschedError(f"{where}.line_bytes must be a power of two from 8 to 2**20, got {value!r}")
+    return value
 
 
 def _check_keys(table: Any, allowed: set[str], where: str) -> dict:
@@ -97,8 +107,8 @@ class Dram:
 
 _CACHE_KEYS = {"size_kib", "line_bytes", "shared_by", "latency_ns", "bandwidth_gbs", "shared_bandwidth_gbs",
                "remote_latency_ns", "outstanding_misses"}
-_DRAM_KEYS = {"node", "size_gib", "latency_ns", "remote_latency_ns", "bandwidth_gbs", "shared_bandwidth_gbs",
-              "jitter_cv"}
+_DRAM_KEYS = {"node", "size_gib", "line_bytes", "latency_ns", "remote_latency_ns", "bandwidth_gbs",
+              "shared_bandwidth_gbs", "jitter_cv"}
 
 
 @dataclass(frozen=True)
@@ -133,14 +143,13 @@ class Hierarchy:
             where = f"{source}: cache.{name}"
             table = _check_keys(caches[name], _CACHE_KEYS, where)
             size = _positive(table, "size_kib", where)
-            line_bytes = table.get("line_bytes")
-            if isinstance(line_bytes, bool) or not isinstance(line_bytes, int) or line_bytes < 8 \
-                    or line_bytes & (line_bytes - 1):
-                raise SimschedError(f"{where}.line_bytes must be a power of two >= 8, got {line_bytes!r}")
+            line_bytes = _line_bytes(table, where)
             if line is not None and line_bytes != line:
                 raise SimschedError(f"{where}.line_bytes is {line_bytes}, but the levels inside it use {line}")
             line = line_bytes
-            shared_by = table.get("shared_by")
+            if "shared_by" not in table:
+                raise SimschedError(f"{where}: missing key shared_by")
+            shared_by = table["shared_by"]
             if shared_by not in SHARING:
                 raise SimschedError(f"{where}.shared_by must be core or socket, got {shared_by!r}")
             remote = ()
@@ -171,6 +180,12 @@ class Hierarchy:
         table = _check_keys(dram, _DRAM_KEYS, where)
         if table.get("node", "socket") != "socket":
             raise SimschedError(f"{where}.node must be socket (one NUMA node per socket), got {table['node']!r}")
+        if "line_bytes" in table:
+            # Without caches, the unit DMA or the memory controller moves; with them, it must be theirs.
+            dram_line = _line_bytes(table, where)
+            if line is not None and dram_line != line:
+                raise SimschedError(f"{where}.line_bytes is {dram_line}, but the cache levels use {line}")
+            line = dram_line
         if hops and "remote_latency_ns" not in table:
             raise SimschedError(f"{where}: missing key remote_latency_ns (the machine has {len(socket_hops)} sockets)")
         memory = Dram(int(_positive(table, "size_gib", where) * 2**30), _positive(table, "latency_ns", where),
@@ -194,7 +209,8 @@ class Hierarchy:
         d = self.dram
         remote = f", remote {'/'.join(f'{x:g}' for x in d.remote_latency_ns)} ns" if d.remote_latency_ns else ""
         shared = f", {d.shared_bandwidth_gbs:g} GB/s per node" if d.shared_bandwidth_gbs else ""
-        lines.append(f"    dram: {_size(d.size_bytes)} per socket, {d.latency_ns:g} ns{remote}, "
+        line = "" if self.levels else f", {self.line_bytes} B lines"  # else shown with the caches
+        lines.append(f"    dram: {_size(d.size_bytes)} per socket{line}, {d.latency_ns:g} ns{remote}, "
                      f"{d.bandwidth_gbs:g} GB/s per core{shared}")
         return lines
 

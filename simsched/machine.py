@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .errors import SimschedError
-from .hierarchy import Hierarchy, socket_hops
+from .hierarchy import MAX_VALUE, Hierarchy, socket_hops
 
 # The schema every machine file is checked against: section -> key -> (type, required, check, rule).
 _POSITIVE = (lambda v: v > 0, "> 0")
@@ -84,7 +84,6 @@ _TOP_LEVEL = {"name": str, "description": str}
 # The memory hierarchy ([cache.l1], [cache.l2], ..., [dram]): nested tables, checked in hierarchy.py.
 _HIERARCHY_SECTIONS = ("cache", "dram")
 MAX_CORES = 1024
-MAX_VALUE = 1e12  # no latency, cost or clock in a machine file is anywhere near this (ns, GHz)
 _REQUIRED_SECTIONS = ("topology", "clock", "latency_ns", "costs_ns")
 # What a machine file that leaves out [coherence] or [os] (or one of their keys) gets: shown
 # as "(default)" by ``simsched machines NAME``, so a what-if machine states only what it changes.

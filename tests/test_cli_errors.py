@@ -73,6 +73,37 @@ def machine_case(text: str, *needles: str) -> Case:
     return Case(run_args(machine="{dir}/machine.toml"), needles, {"machine.toml": text})
 
 
+def describe_case(text: str, *needles: str) -> Case:
+    return Case(["machines", "{dir}/machine.toml"], needles, {"machine.toml": text})
+
+
+# Haswell's memory hierarchy, each broken in one way; every one is tried by `machines FILE`, a few by `run`.
+BAD_HIERARCHIES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "sizes-out-of-order": (mutate(HASWELL, "size_kib = 256 ", "size_kib = 16 "), ("cache.l2.size_kib", "must exceed")),
+    "latencies-out-of-order": (mutate(HASWELL, "latency_ns = 21 ", "latency_ns = 2 "),
+                               ("cache.l3.latency_ns", "below")),
+    "unknown-key": (mutate(HASWELL, "[cache.l2]\n", "[cache.l2]\nassoc = 8\n"), ("cache.l2", "unknown key 'assoc'")),
+    "shared-by-chip": (mutate(HASWELL, 'shared_by = "socket"', 'shared_by = "chip"'), ("cache.l3.shared_by", "chip")),
+    "private-outside-shared": (mutate(mutate(mutate(
+        HASWELL, 'shared_by = "core"         # Intel optimization manual: L2', 'shared_by = "socket"  # L2'),
+        'shared_by = "socket"       # Intel ARK', 'shared_by = "core"  #'), "remote_latency_ns = 118 ", "# "),
+        ("cache.l3", "private to a core", "cache.l2")),
+    "gap": (mutate(HASWELL, "[cache.l3]", "[cache.l4]"), ("l1, l2, l4", "without gaps")),
+    "cache-without-dram": (HASWELL.split("\n[dram]")[0] + "\n", ("[dram]",)),
+    "line-size-mismatch": (mutate(HASWELL, "line_bytes = 64            # Intel", "line_bytes = 128           # Intel"),
+                           ("cache.l2.line_bytes", "128")),
+    "zero-size": (mutate(HASWELL, "size_gib = 64 ", "size_gib = 0 "), ("dram.size_gib", "> 0")),
+    "negative-size": (mutate(HASWELL, "size_kib = 32 ", "size_kib = -32 "), ("cache.l1.size_kib", "> 0")),
+    "huge-size": (mutate(HASWELL, "size_gib = 64 ", "size_gib = 1e300 "), ("dram.size_gib", "1e+12")),
+    "remote-shorter-than-hops": (mutate(mutate(mutate(
+        HASWELL, "sockets = 2 ", "sockets = 4 "), 'socket_links = "full"', 'socket_links = "ring"'),
+        "remote_latency_ns = 146 ", "remote_latency_ns = [146] "), ("dram.remote_latency_ns", "2 hops")),
+    "outstanding-misses-in-l2": (mutate(HASWELL, "[cache.l2]\n", "[cache.l2]\noutstanding_misses = 4\n"),
+                                 ("cache.l2.outstanding_misses", "cache.l1")),
+}
+RUN_HIERARCHIES = ("sizes-out-of-order", "cache-without-dram", "remote-shorter-than-hops", "huge-size")
+
+
 def csv_case(content: str, *needles: str) -> Case:
     return Case(run_args(workload="file:path={dir}/costs.csv"), needles, {"costs.csv": content})
 
@@ -139,6 +170,11 @@ CASES: dict[str, Case] = {
     "machine/missing-file": Case(run_args(machine="{dir}/absent.toml"), ("absent.toml",)),
     "machine/describe-bad-file": Case(["machines", "{dir}/machine.toml"], ("costs_ns.atomic",),
                                       {"machine.toml": mutate(HASWELL, "\natomic = 7 ", "\n")}),
+
+    **{f"hierarchy/describe/{name}": describe_case(text, *needles)
+       for name, (text, needles) in BAD_HIERARCHIES.items()},
+    **{f"hierarchy/run/{name}": machine_case(BAD_HIERARCHIES[name][0], *BAD_HIERARCHIES[name][1])
+       for name in RUN_HIERARCHIES},
 
     "sweep/malformed": sweep_case(mutate(GOOD_EXPERIMENT, "[grid]", "[grid"), "not valid TOML"),
     "sweep/unknown-grid-key": sweep_case(mutate(GOOD_EXPERIMENT, "threads = 4", "threads = 4\nthreds = 8"),
@@ -274,6 +310,12 @@ def test_unmodified_inputs_succeed(outcomes, name):
                                   for n in ids(prefix)])
 def test_bad_input_is_one_named_line(outcomes, name):
     error_line(outcomes[name], *CASES[name].needles)
+
+
+@pytest.mark.parametrize("name", ids("hierarchy/"))
+def test_bad_hierarchy_is_one_named_line_and_status_2(outcomes, name):
+    error_line(outcomes[name], *CASES[name].needles)
+    assert outcomes[name].proc.returncode == 2
 
 
 @pytest.mark.parametrize("name", ids("sweep/"))

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from simsched.hierarchy import _CACHE_KEYS, _DRAM_KEYS
 from simsched.machine import _TOP_LEVEL, SCHEMA
 from simsched.schedulers import REGISTRY as SCHEDULERS
 from simsched.workloads import REGISTRY as WORKLOADS
@@ -112,7 +113,7 @@ def machine_sections() -> dict[str, str]:
     sections = {}
     for part in parts[1:]:
         title, _, body = part.partition("\n")
-        named = re.match(r"`\[(\w+)\]`", title)
+        named = re.match(r"`\[(\w+)(?:\.lN)?\]`", title)
         if named:
             sections[named.group(1)] = body
         elif title.strip() == "Top level":
@@ -120,9 +121,13 @@ def machine_sections() -> dict[str, str]:
     return sections
 
 
+# Every section a machine file may have, and its keys: the flat schema and the memory hierarchy's tables.
+MACHINE_KEYS = {**SCHEMA, "cache": _CACHE_KEYS, "dram": _DRAM_KEYS}
+
+
 def test_every_machine_key_is_documented_in_its_section():
     sections = machine_sections()
-    for section, keys in SCHEMA.items():
+    for section, keys in MACHINE_KEYS.items():
         assert section in sections, f"machine section [{section}] has no table"
         for key in keys:
             assert f"| `{key}` |" in sections[section], f"machine key {section}.{key} is not documented"
@@ -132,7 +137,7 @@ def test_every_machine_key_is_documented_in_its_section():
 
 def test_documented_machine_keys_exist():
     for section, body in machine_sections().items():
-        known = set(_TOP_LEVEL) if section == "" else set(SCHEMA[section])
+        known = set(_TOP_LEVEL) if section == "" else set(MACHINE_KEYS[section])
         for key in re.findall(r"^\| `(\w+)` \|", body, flags=re.M):
             assert key in known, f"docs/machines.md documents {section}.{key}, which machine files reject"
 

@@ -125,3 +125,158 @@ def test_latencies_are_networkx_shortest_paths_bit_for_bit(name, changes):
                          for a in range(machine.cores)])
     assert np.array_equal(machine.latency, expected)
     assert expected.max() > 0
+
+
+# -- the memory hierarchy ---------------------------------------------------------------------------------------
+
+def test_every_builtin_machine_has_a_memory_hierarchy_innermost_first():
+    for name in BUILTIN:
+        m = load_machine(name)
+        h = m.hierarchy
+        assert h is not None, name
+        sizes = [level.size_bytes for level in h.levels] + [h.dram.size_bytes]
+        assert sizes == sorted(set(sizes)), f"{name}: sizes do not strictly increase: {sizes}"
+        latencies = [level.latency_ns for level in h.levels] + [h.dram.latency_ns]
+        assert latencies == sorted(latencies), f"{name}: latencies decrease: {latencies}"
+        sharing = [level.shared_by for level in h.levels]
+        assert sharing == sorted(sharing, key=("core", "socket").index), f"{name}: a private level outside a shared one"
+        hops = int(h.socket_hops.max())
+        assert hops >= 1 and len(h.dram.remote_latency_ns) >= hops, name
+        assert all(remote > h.dram.latency_ns for remote in h.dram.remote_latency_ns), name
+        if name == "cell-qs22":  # SPEs have no caches: every line is a DMA from main memory
+            assert h.levels == () and h.line_bytes == 128 and h.outstanding_misses == 1
+            assert h.dram.latency_ns == m.memory_ns["dma_memory"]
+        else:
+            assert [level.name for level in h.levels] == ["l1", "l2", "l3"], name
+            assert [level.shared_by for level in h.levels] == ["core", "core", "socket"], name
+            assert h.line_bytes == 64 and h.outstanding_misses == 10, name
+            assert h.levels[2].remote_latency_ns, f"{name}: no remote L3 latency"
+
+
+def test_published_cache_sizes():
+    l3 = {name: load_machine(name).hierarchy.levels[2].size_bytes / 2**20
+          for name in ("xeon-e5-4620", "xeon-e7-4860v2", "haswell-e5-2695v3")}
+    assert l3 == {"xeon-e5-4620": 16, "xeon-e7-4860v2": 30, "haswell-e5-2695v3": 35}
+    # BL: 128 GB over the two sockets.
+    assert load_machine("haswell-e5-2695v3").hierarchy.dram.size_bytes == 64 * 2**30
+
+
+def e5_hierarchy() -> dict:
+    """The 4-socket ring machine (sockets up to 2 hops apart), whose hierarchy every bad case below changes once."""
+    return copy.deepcopy(raw("xeon-e5-4620"))
+
+
+def _set(path: str, value):
+    def change(d):
+        *tables, key = path.split(".")
+        for name in tables:
+            d = d[name]
+        d[key] = value
+    return change
+
+
+def _drop(path: str):
+    def change(d):
+        *tables, key = path.split(".")
+        for name in tables:
+            d = d[name]
+        del d[key]
+    return change
+
+
+def _private_l3_outside_a_shared_l2(d):
+    d["cache"]["l2"]["shared_by"] = "socket"
+    d["cache"]["l3"]["shared_by"] = "core"
+    del d["cache"]["l3"]["remote_latency_ns"]
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (_set("cache.l2.size_kib", 16), r"cache\.l2\.size_kib \(16\) must exceed cache\.l1\.size_kib \(32\)"),
+    (_set("cache.l3.size_kib", 256), r"cache\.l3\.size_kib \(256\) must exceed cache\.l2\.size_kib"),
+    (_set("cache.l3.latency_ns", 2), r"cache\.l3\.latency_ns \(2\) is below cache\.l2's \(5\.5\)"),
+    (_set("dram.latency_ns", 10), r"dram\.latency_ns \(10\) is below the last cache level's \(18\.8\)"),
+    (_set("cache.l2.assoc", 8), r"cache\.l2: unknown key 'assoc'"),
+    (_set("dram.channels", 4), r"dram: unknown key 'channels'"),
+    (_set("cache.l10", {}), r"\[cache\]: unknown key 'l10'"),
+    (_set("cache.l2.shared_by", "chip"), r"cache\.l2\.shared_by must be core or socket, got 'chip'"),
+    (_drop("cache.l2.shared_by"), r"cache\.l2: missing key shared_by"),
+    (_private_l3_outside_a_shared_l2, r"cache\.l3 is private to a core inside the socket-shared cache\.l2"),
+    (_drop("cache.l2"), r"cache levels must be l1, l2, \.\.\. without gaps; found l1, l3"),
+    (_drop("dram"), r"\[cache\.\*\] levels need a \[dram\] section"),
+    (_set("cache.l2.line_bytes", 128), r"cache\.l2\.line_bytes is 128, but the levels inside it use 64"),
+    (_set("cache.l1.line_bytes", 48), r"cache\.l1\.line_bytes must be a power of two"),
+    (_drop("cache.l3.line_bytes"), r"cache\.l3: missing key line_bytes"),
+    (_set("dram.line_bytes", 128), r"dram\.line_bytes is 128, but the cache levels use 64"),
+    (_set("cache.l1.size_kib", -32), r"cache\.l1\.size_kib must be a number > 0"),
+    (_set("dram.size_gib", 0), r"dram\.size_gib must be a number > 0"),
+    (_set("cache.l1.bandwidth_gbs", 0), r"cache\.l1\.bandwidth_gbs must be a number > 0"),
+    (_drop("cache.l1.latency_ns"), r"cache\.l1: missing key latency_ns"),
+    (_set("dram.size_gib", 1e300), r"dram\.size_gib must be a number > 0 and up to 1e\+12"),
+    (_set("cache.l3.size_kib", 1e306), r"cache\.l3\.size_kib must be a number > 0 and up to 1e\+12"),
+    (_set("cache.l3.remote_latency_ns", [173.4]),
+     r"cache\.l3\.remote_latency_ns lists 1 hop count\(s\); the sockets are up to 2 hops apart"),
+    (_set("dram.remote_latency_ns", [292.4]),
+     r"dram\.remote_latency_ns lists 1 hop count\(s\); the sockets are up to 2 hops apart"),
+    (_set("dram.remote_latency_ns", []), r"dram\.remote_latency_ns must be a number > 0"),
+    (_set("dram.remote_latency_ns", [292.4, -1]), r"dram\.remote_latency_ns must be a number > 0"),
+    (_drop("dram.remote_latency_ns"), r"dram: missing key remote_latency_ns \(the machine has 4 sockets\)"),
+    (_set("cache.l1.remote_latency_ns", 50), r"cache\.l1\.remote_latency_ns is for socket-shared levels only"),
+    (_set("cache.l2.outstanding_misses", 4), r"cache\.l2\.outstanding_misses belongs in cache\.l1"),
+    (_set("cache.l1.outstanding_misses", 0), r"cache\.l1\.outstanding_misses must be an integer >= 1, got 0"),
+    (_set("cache.l1.outstanding_misses", 2.5), r"cache\.l1\.outstanding_misses must be an integer >= 1"),
+    (_set("dram.node", "core"), r"dram\.node must be socket"),
+])
+def test_bad_hierarchy_is_one_error_naming_the_key(mutate, message):
+    data = e5_hierarchy()
+    mutate(data)
+    with pytest.raises(SimschedError, match=message) as raised:
+        Machine.from_dict(data, "bad.toml")
+    assert str(raised.value).startswith("bad.toml: ") and "\n" not in str(raised.value)
+
+
+def test_dram_alone_is_a_hierarchy_without_caches():
+    data = e5_hierarchy()
+    del data["cache"]
+    h = Machine.from_dict(data, "dram-only.toml").hierarchy
+    assert h.levels == () and h.line_bytes == 64 and h.outstanding_misses == 1
+    data["dram"]["line_bytes"] = 256
+    assert Machine.from_dict(data, "dram-only.toml").hierarchy.line_bytes == 256
+
+
+def test_no_hierarchy_sections_no_hierarchy():
+    data = e5_hierarchy()
+    del data["cache"], data["dram"]
+    assert Machine.from_dict(data, "flat.toml").hierarchy is None
+
+
+def test_replace_reaches_into_the_hierarchy():
+    m = load_machine("xeon-e5-4620")
+    smaller = m.replace(**{"cache.l3.size_kib": 8192})
+    assert smaller.hierarchy.levels[2].size_bytes == 8 * 2**20
+    assert m.hierarchy.levels[2].size_bytes == 16 * 2**20  # the original is untouched
+    assert smaller.hierarchy.levels[:2] == m.hierarchy.levels[:2] and smaller.hierarchy.dram == m.hierarchy.dram
+    assert smaller.name == "xeon-e5-4620[cache.l3.size_kib=8192]"
+    with pytest.raises(SimschedError, match=r"cache\.l3\.size_kib \(128\) must exceed cache\.l2\.size_kib"):
+        m.replace(**{"cache.l3.size_kib": 128})
+
+
+def test_machines_command_prints_the_hierarchy():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "simsched.cli", "machines", "xeon-e5-4620"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    at = lines.index("  memory hierarchy:")
+    assert [line.strip() for line in lines[at + 1:at + 5]] == [
+        "l1: 32 KiB per core, 64 B lines, 1.9 ns, 70 GB/s per core",
+        "l2: 256 KiB per core, 64 B lines, 5.5 ns, 35 GB/s per core",
+        "l3: 16 MiB per socket, 64 B lines, 18.8 ns, other socket 173.4/294.9 ns, 22 GB/s per core, 140 GB/s shared",
+        "dram: 128 GiB per socket, 112.1 ns, remote 292.4/295.9 ns, 8 GB/s per core, 31 GB/s per node",
+    ]
+    cell = subprocess.run([sys.executable, "-m", "simsched.cli", "machines", "cell-qs22"],
+                          capture_output=True, text=True, timeout=300).stdout.splitlines()
+    at = cell.index("  memory hierarchy:")
+    assert cell[at + 1].strip() == "dram: 8 GiB per socket, 128 B lines, 200 ns, remote 350 ns, 20 GB/s per core, " \
+                                   "21 GB/s per node"

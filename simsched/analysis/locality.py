@@ -17,12 +17,13 @@ SERVED = ("l1_hits", "l2_hits", "l3_hits", "remote_l3_hits", "local_dram", "remo
 
 
 def working_set_mb(workload: str) -> float:
-    """The data a workload spec touches in MB (10^6 bytes), or NaN if it touches none."""
+    """The data a workload spec touches in MB (10^6 bytes): n x its (mean) bytes per iteration; NaN without data."""
     from ..workloads import get_workload
 
-    spec = get_workload(workload)
-    footprint = spec.footprint(spec.params.get("n", 0)) if "n" in spec.params else None
-    return footprint.total / 1e6 if footprint is not None else float("nan")
+    params = get_workload(workload).params
+    if not params.get("bytes") or "n" not in params:
+        return float("nan")
+    return params["n"] * params["bytes"] / 1e6
 
 
 def affinity_table(results: pd.DataFrame) -> pd.DataFrame:

@@ -8,6 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .affinity import AffinityTracker
 from .errors import ExecutionError, SimschedError
 
 CHUNK_COLUMNS = ["worker", "loop", "lo", "hi", "start", "end"]
@@ -115,9 +116,11 @@ class ChunkLog:
     run that keeps no table is checked just as well.
     """
 
-    def __init__(self, sizes: Sequence[int], keep: bool = True, limit: int | None = None):
+    def __init__(self, sizes: Sequence[int], keep: bool = True, limit: int | None = None, program: int = 1):
         self.keep = keep
         self.coverage = Coverage(sizes)
+        # The first ``program`` loops run one after another: their affinity is worked out as the chunks come.
+        self.affinity = AffinityTracker(list(sizes)[:program]) if program > 1 else None
         self.pending: list[tuple] = []
         self.blocks: list[np.ndarray] = []
         self.count = 0
@@ -138,6 +141,8 @@ class ChunkLog:
         block = np.array(self.pending, dtype=float).reshape(-1, len(CHUNK_COLUMNS))
         self.pending.clear()
         self.coverage.add(block[:, 1], block[:, 2], block[:, 3])
+        if self.affinity is not None:
+            self.affinity.add(block)
         self.count += len(block)
         if self.keep:
             self.blocks.append(block)

@@ -10,6 +10,7 @@ import simpy
 
 from .chunks import ChunkLog, chunk_limit, too_many_chunks, verify_exactly_once
 from .errors import SimschedError
+from .locality import DataState
 from .loop import Loop, check_total
 from .machine import Machine, load_machine
 from .memory import Memory
@@ -72,8 +73,11 @@ class Simulation:
                     self.children[index][i] = len(self.loops)
                     self.loops.append(inner[i])
         self.loop_end = [0.0] * len(self.loops)
+        # Where the program's data sits, when its loops touch data (None otherwise: chunks cost their compute).
+        self.locality = (DataState(self.machine, self.cores, self.loops, self.rng)
+                         if any(loop.data is not None for loop in self.loops) else None)
         self._chunks = ChunkLog([loop.n for loop in self.loops], self.keep_chunks,
-                                chunk_limit() if self.keep_chunks else None)
+                                chunk_limit() if self.keep_chunks else None, program=len(self.program))
         check_total(sum(loop.total for loop in self.loops),
                     "the iteration costs of all the program's loops (repeats and nested loops included)")
 
@@ -120,9 +124,21 @@ class Simulation:
         prefix = self.loops[loop].prefix
         return (prefix.item(hi) - prefix.item(lo)) * self.slowdown[worker]
 
+    def chunk_time(self, worker: int, loop: int, lo: int, hi: int, start: float) -> float:
+        """How long ``worker`` takes to run [lo, hi) from ``start``: compute, plus reaching the data if it has any.
+
+        With data, running the chunk also moves its data into the worker's caches, so call
+        this once per chunk, when it starts.
+        """
+        work = self.work(worker, loop, lo, hi)
+        data = self.loops[loop].data
+        if data is not None:
+            work += self.locality.chunk(worker, data, lo, hi, start)
+        return work
+
     def record_chunk(self, worker: int, loop: int, lo: int, hi: int, start: float, since: float) -> float:
         """Record ``worker`` computing [lo, hi) from ``start``, scheduling since ``since``; return its end."""
-        work = self.work(worker, loop, lo, hi)
+        work = self.chunk_time(worker, loop, lo, hi, start)
         end = start + work
         self._chunks.append((worker, loop, lo, hi, start, end))
         self.time["schedule"][worker] += start - since
@@ -131,6 +147,17 @@ class Simulation:
             self.segments.append((worker, "schedule", since, start))
         self.last[worker] = (("schedule", since, start), ("compute", start, end))
         return end
+
+    def sequential_memory_ns(self) -> float:
+        """The memory time of the program run sequentially on the first worker's core (0 without data)."""
+        if self.locality is None:
+            return 0.0
+        alone = DataState(self.machine, self.cores[:1], self.loops)
+        t = 0.0
+        for loop in self.loops:
+            if loop.data is not None:
+                t += alone.chunk(0, loop.data, 0, loop.n, t)
+        return t
 
     def until(self, when: float):
         """A timeout that ends at absolute time ``when``."""
@@ -149,6 +176,9 @@ class Simulation:
 
     def run(self, scheduler) -> Result:
         """Simulate the program under ``scheduler`` and return its checked Result."""
+        if self.locality is not None and not scheduler.LOCALITY:
+            raise SimschedError(f"scheduler {scheduler.name} does not model data locality; run workloads with bytes= "
+                                "under the fork-join, self-scheduling and work-stealing schedulers")
         if self.children and not scheduler.NESTED:
             raise SimschedError(f"scheduler {scheduler.name} cannot run nested loops; "
                                 "the loop-task schedulers (lbs, adapt-g, adapt-l, distrib, offload, cellss) can")
@@ -164,6 +194,8 @@ class Simulation:
         env.run(until=scheduler.completion(self, processes))
         makespan = float(env.now)
         self.memory.tally(self.counters)
+        if self.locality is not None:
+            self.locality.tally(self.counters)
         for name in scheduler.COUNTERS:
             self.counters[name] += 0
         for w in range(self.threads):
@@ -183,7 +215,7 @@ class Simulation:
             busy = sum(self.time[s][w] for s in STATES if s != "idle")
             idle[w] = max(makespan - busy, 0.0)
         self._chunks.finish()
-        sequential = sum(loop.total for loop in self.loops)
+        sequential = sum(loop.total for loop in self.loops) + self.sequential_memory_ns()
         ends = [self.loop_end[index] for index in self.program]
         return Result(
             machine=self.machine.name,
@@ -199,6 +231,7 @@ class Simulation:
             loop_ns=list(np.diff([0.0] + ends)),
             events=next(env._eid),  # SimPy numbers every scheduled event
             segments=None if self.segments is None else segment_table(self.segments, makespan),
+            affinity=self._chunks.affinity.result() if self._chunks.affinity is not None else None,
         )
 
 

@@ -50,6 +50,13 @@ def _by_hops(table: dict, where: str, hops: int) -> tuple[float, ...]:
     return tuple(float(v) for v in values) if isinstance(value, list) else (float(value),) * max(hops, 1)
 
 
+def _jitter(table: dict, where: str) -> float:
+    value = table.get("jitter_cv", 0.0)
+    if not _number(value) or not 0 <= value <= 0.5:
+        raise SimschedError(f"{where}.jitter_cv must be a number in [0, 0.5], got {value!r}")
+    return float(value)
+
+
 def _check_keys(table: Any, allowed: set[str], where: str) -> dict:
     if not isinstance(table, dict):
         raise SimschedError(f"{where} must be a table")
@@ -83,11 +90,15 @@ class Dram:
     remote_latency_ns: tuple[float, ...]
     bandwidth_gbs: float
     shared_bandwidth_gbs: float | None
+    # Relative standard deviation of a chunk's memory time: what the model leaves out (DRAM refresh and bank
+    # conflicts, queueing in the interconnect) and what makes equal chunks finish in a different order each loop.
+    jitter_cv: float = 0.0
 
 
 _CACHE_KEYS = {"size_kib", "line_bytes", "shared_by", "latency_ns", "bandwidth_gbs", "shared_bandwidth_gbs",
                "remote_latency_ns", "outstanding_misses"}
-_DRAM_KEYS = {"node", "size_gib", "latency_ns", "remote_latency_ns", "bandwidth_gbs", "shared_bandwidth_gbs"}
+_DRAM_KEYS = {"node", "size_gib", "latency_ns", "remote_latency_ns", "bandwidth_gbs", "shared_bandwidth_gbs",
+              "jitter_cv"}
 
 
 @dataclass(frozen=True)
@@ -165,7 +176,7 @@ class Hierarchy:
         memory = Dram(int(_positive(table, "size_gib", where) * 2**30), _positive(table, "latency_ns", where),
                       _by_hops(table, where, hops) if "remote_latency_ns" in table else (),
                       _positive(table, "bandwidth_gbs", where),
-                      _positive(table, "shared_bandwidth_gbs", where, required=False))
+                      _positive(table, "shared_bandwidth_gbs", where, required=False), _jitter(table, where))
         if levels and memory.latency_ns < levels[-1].latency_ns:
             raise SimschedError(f"{where}.latency_ns ({memory.latency_ns:g}) is below the last cache level's "
                                 f"({levels[-1].latency_ns:g})")

@@ -26,7 +26,7 @@ def check_total(total: float, what: str) -> None:
 class Loop:
     """One parallel loop over iterations [0, n): its costs as prefix sums, so any chunk costs O(1)."""
 
-    def __init__(self, costs: Any, name: str = "", inner: "dict[int, Loop] | None" = None):
+    def __init__(self, costs: Any, name: str = "", inner: "dict[int, Loop] | None" = None, data=None):
         costs = np.asarray(costs, dtype=float)
         if costs.ndim != 1 or costs.size == 0:
             raise SimschedError("a loop needs a non-empty 1-D array of iteration costs")
@@ -40,6 +40,10 @@ class Loop:
         self.total = float(self.prefix[-1])
         check_total(self.total, "the iteration costs")
         self.name = name
+        # The data its iterations touch (a locality.Footprint), or None: then a chunk costs its compute only.
+        self.data = data
+        if data is not None and data.bytes.size != self.n:
+            raise SimschedError(f"a loop of {self.n} iterations needs {self.n} footprints, got {data.bytes.size}")
         # Loops nested in iterations: iteration i runs its own cost, then the whole loop inner[i].
         self.inner = dict(inner or {})
         for i, loop in self.inner.items():

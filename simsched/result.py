@@ -36,6 +36,9 @@ class Result:
     # Every worker's states over time (SEGMENT_COLUMNS), recorded only when a timeline was asked for;
     # compute is in ``chunks`` and idle is what neither covers.
     segments: Any = None  # a pandas DataFrame
+    # For a program of several loops: {"per_loop": [None, a1, a2, ...], "overall": a}, a_i the share of
+    # iterations j of loop i run by the worker that ran iteration j of loop i - 1 (affinity.py); else None.
+    affinity: dict | None = None
 
     def __post_init__(self, chunks):
         self._chunks = chunks
@@ -89,6 +92,7 @@ class Result:
             "repeat": self.repeat,
             "loop_ns": [float(x) for x in self.loop_ns],
             "events": self.events,
+            "affinity": self.affinity,
         }
 
     def summary(self) -> str:
@@ -100,6 +104,8 @@ class Result:
             f"  speedup      {self.speedup:14.3f}",
             f"  chunks       {self.chunk_count:14d}",
         ]
+        if self.affinity is not None and self.affinity["overall"] is not None:
+            lines.append(f"  affinity     {self.affinity['overall']:14.3f}  (same worker as in the loop before)")
         return "\n".join(lines + self.detail_lines())
 
     def detail_lines(self) -> list[str]:

@@ -130,7 +130,20 @@ def test_unknown_scheduler_parameter_is_rejected():
     with pytest.raises(simsched.SimschedError, match="unknown parameter 'foo'"):
         simsched.get_scheduler("omp-dynamic:foo=1")
     with pytest.raises(simsched.SimschedError, match="chunk=0 must be >= 1"):
-        simsched.get_scheduler("omp-dynamic:chunk=0")
+        simsched.get_scheduler("tss:chunk=0")
+    with pytest.raises(simsched.SimschedError, match="chunk=-1 must be >= 0"):
+        simsched.get_scheduler("omp-dynamic:chunk=-1")
+
+
+@pytest.mark.parametrize("name", ["omp-dynamic", "omp-guided"])
+def test_omp_chunk_0_is_cilk_for_grain(name):
+    # 16384 iterations on 32 threads: grain min(2048, 16384 / 256) = 64.
+    auto = simsched.simulate("xeon-e5-4620", f"{name}:chunk=0", "uforall:n=16384", 32)
+    fixed = simsched.simulate("xeon-e5-4620", f"{name}:chunk=64", "uforall:n=16384", 32)
+    assert auto.chunks[["lo", "hi"]].sort_values("lo").values.tolist() == \
+        fixed.chunks[["lo", "hi"]].sort_values("lo").values.tolist()
+    if name == "omp-dynamic":
+        assert auto.chunk_count == 256
 
 
 def test_iteration_owner_maps_each_iteration_to_its_worker():

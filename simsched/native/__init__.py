@@ -15,7 +15,9 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from .. import affinity
 from ..engine import STATES, verify_exactly_once
+from ..schedulers.base import default_grain
 from ..errors import ExecutionError, SimschedError
 from ..result import CHUNK_COLUMNS, SEGMENT_COLUMNS, Result
 
@@ -94,8 +96,8 @@ def native_config(scheduler, n: int = 0, threads: int = 1) -> tuple[str, str, bo
             raise SimschedError("native mode has central and tree barriers, not dissemination")
         barrier = "central" if kind == "central" else "tree"
     chunk = _check_integer("chunk", int(scheduler.params.get("chunk", 0) or 0), 0, INT32)
-    if share == "hybrid":  # partitions split into grains as a cilk_for would: min(2048, N / 8P)
-        chunk = max(1, min(2048, n // (8 * threads)))
+    if share == "hybrid" or (share in ("dynamic", "guided") and chunk == 0):
+        chunk = default_grain(n, threads)  # cilk_for's grain: hybrid's partitions, and omp chunk=0
     return share, barrier, fork_full, join_full, chunk
 
 
@@ -287,7 +289,7 @@ def _result(trace, scheduler: str, workload: str, threads: int, seed: int, costs
                   makespan_ns=makespan, sequential_ns=float(costs.sum()) * repeat, state_ns=state, chunks=chunks,
                   counters=dict(sorted(trace["counters"].items())),
                   loop_ns=[float(x) for x in np.diff([0.0] + ends)],
-                  events=0, repeat=repeat, segments=segments)
+                  events=0, repeat=repeat, segments=segments, affinity=affinity.from_chunks(chunks, [costs.size] * repeat))
 
 
 def _segments(marks: np.ndarray, chunks: pd.DataFrame, makespan: float) -> pd.DataFrame:

@@ -17,6 +17,8 @@ class Scheduler:
     COUNTERS: ClassVar[tuple[str, ...]] = ()
     # Whether it runs loops nested in iterations (``Loop.inner``).
     NESTED: ClassVar[bool] = False
+    # Whether it charges chunks for their data (Simulation.chunk_time once per chunk, when it starts).
+    LOCALITY: ClassVar[bool] = True
 
     def __init__(self, **params: Any):
         self.params = resolve_params(f"scheduler {self.name}", self.PARAMS, params)
@@ -97,3 +99,8 @@ def block(n: int, threads: int, w: int) -> tuple[int, int]:
 def run_block(sim, w: int, index: int):
     """Worker ``w`` runs its static block of loop ``index`` (nothing if the block is empty)."""
     yield sim.until(sim.run_chunks(w, index, [block(sim.loops[index].n, sim.threads, w)], sim.env.now))
+
+
+def default_grain(n: int, threads: int) -> int:
+    """cilk_for's default leaf size for a loop of ``n`` iterations on ``threads`` workers: max(1, min(2048, N/(8P)))."""
+    return max(1, min(2048, n // (8 * threads)))

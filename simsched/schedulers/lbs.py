@@ -121,6 +121,8 @@ class LoopTasks(Scheduler):
 
     COUNTERS = LBS_COUNTERS
     NESTED = True
+    # A lazy run's end is worked out ahead from its compute alone (a thief may cut it at any iteration).
+    LOCALITY = False
     PARAMS = {
         "ppt": Param("ppt", int, 1, lambda v: v >= 1, ">= 1",
                      help="profitable parallelism threshold: iterations run between queue checks"),

@@ -5,11 +5,16 @@ from __future__ import annotations
 import math
 
 from ..spec import Param
-from .base import STEALING_COUNTERS, block
+from .base import STEALING_COUNTERS, block, default_grain
 from .static import BARRIER_PARAM, FullBarriers
 
 CHUNK_PARAM = Param("chunk", int, 1, lambda v: v >= 1, ">= 1",
                     help="chunk size (for guided, tss and fac2: the smallest chunk)")
+
+
+# OpenMP dynamic and guided may take cilk_for's default grain instead of a fixed chunk (E3 runs them so).
+OMP_CHUNK_PARAM = Param("chunk", int, 1, lambda v: v >= 0, ">= 0",
+                        help="chunk size (guided: the smallest chunk); 0: cilk_for's grain max(1, min(2048, N/(8P)))")
 
 
 class SelfScheduling(FullBarriers):
@@ -21,19 +26,25 @@ class SelfScheduling(FullBarriers):
         # A fresh next-iteration counter per loop, initialised by the master with the descriptor.
         self.next = sim.memory.line(f"loop[{index}].next", 0, home=0)
 
+    def chunk(self, n: int, threads: int) -> int:
+        """The chunk size for a loop of ``n`` iterations on ``threads`` workers."""
+        return self.params["chunk"] or default_grain(n, threads)
+
 
 class OmpDynamic(SelfScheduling):
     """Fixed chunks claimed with one atomic fetch-and-add each."""
 
     name = "omp-dynamic"
     summary = "OpenMP dynamic: fixed chunks by fetch-and-add on one counter"
+    PARAMS = {"chunk": OMP_CHUNK_PARAM, "barrier": BARRIER_PARAM}
 
     def min_chunks(self, n, threads):
-        return -(-n // self.params["chunk"])
+        return -(-n // self.chunk(n, threads))
 
     def share(self, sim, w, index):
         # Claiming chunk i by index is the same atomic as claiming iteration i*k.
-        chunks = FixedChunks(sim.loops[index].n, self.params["chunk"])
+        n = sim.loops[index].n
+        chunks = FixedChunks(n, self.chunk(n, sim.threads))
         t = yield from claim_by_index(sim, w, index, self.next, chunks)
         yield sim.wait(w, "schedule", t)
 
@@ -59,9 +70,11 @@ class OmpGuided(SelfScheduling):
 
     name = "omp-guided"
     summary = "OpenMP guided: max(chunk, ceil(R/P)) by compare-and-swap"
+    PARAMS = {"chunk": OMP_CHUNK_PARAM, "barrier": BARRIER_PARAM}
 
     def share(self, sim, w, index):
-        n, k, threads, mem = sim.loops[index].n, self.params["chunk"], sim.threads, sim.memory
+        n, threads, mem = sim.loops[index].n, sim.threads, sim.memory
+        k = self.chunk(n, threads)
         while True:
             # Read the counter, size the chunk from what is left, and claim it with a CAS; a
             # failed CAS returns the value it found, so the next try needs no extra read.
@@ -87,6 +100,7 @@ def claim_by_index(sim, w, index, line, ranges):
     a claim's completion is folded into its chunk's timeout, one event per chunk.
     """
     prefix, slow, dispatch = sim.loops[index].prefix, sim.slowdown[w], sim.costs["chunk"]
+    data = sim.loops[index].data
     fetch_add, env, log = sim.memory.fetch_add, sim.env, sim._chunks.append
     mark = None if sim.segments is None else sim.segments.append
     timeout = env.timeout
@@ -100,7 +114,7 @@ def claim_by_index(sim, w, index, line, ranges):
             break
         lo, hi = ranges[i]
         start = t + dispatch
-        work = (prefix.item(hi) - prefix.item(lo)) * slow
+        work = (prefix.item(hi) - prefix.item(lo)) * slow if data is None else sim.chunk_time(w, index, lo, hi, start)
         log((w, index, lo, hi, start, start + work))
         if mark is not None and start > now:
             mark((w, "schedule", now, start))

@@ -19,7 +19,7 @@ from collections import deque
 
 from ..memory import fire_at
 from ..spec import Param
-from .base import STEALING_COUNTERS, Scheduler
+from .base import STEALING_COUNTERS, Scheduler, default_grain
 
 RANGE = "range"  # deque item (RANGE, lo, hi, frame): iterations [lo, hi) of frame's loop
 
@@ -68,7 +68,7 @@ class WorkStealing(Scheduler):
         """Leaf size of the binary splitting of loop ``index``."""
         if self.params.get("grain"):
             return self.params["grain"]
-        return max(1, min(2048, sim.loops[index].n // (8 * sim.threads)))
+        return default_grain(sim.loops[index].n, sim.threads)
 
     # -- the worker ---------------------------------------------------------------------
     def worker(self, sim, w: int):

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import SimschedError
+from ..locality import ELEMENT_BYTES, PATTERNS, PLACEMENTS, Footprint
 from ..loop import Loop, check_total
 from ..spec import Param, format_spec, parse_spec, resolve_params
 
@@ -19,6 +20,19 @@ def _cost(name, default, help=""):
     return Param(name, float, default, *_FINITE_NON_NEGATIVE, help=help)
 
 
+# The data each iteration touches (the locality model): every flat workload takes these.
+DATA_PARAMS = {
+    "bytes": Param("bytes", int, 0, lambda v: v >= 0, ">= 0",
+                   help="bytes of data of its own each iteration touches (0: no data model)"),
+    "pattern": Param("pattern", str, "stride", choices=PATTERNS,
+                     help="how an iteration walks its data: stride (13, defeats the prefetcher), stream or random"),
+    "placement": Param("placement", str, "first-touch", choices=PLACEMENTS,
+                       help="home NUMA node of the data: first-touch (by the core that first runs the iteration) "
+                            "or interleave"),
+    "data": Param("data", str, "data", help="name of the data set: loops naming the same one touch the same data"),
+}
+
+
 class Workload:
     """A parallel loop's iteration costs in ns, drawn from the run's seeded generator."""
 
@@ -27,10 +41,13 @@ class Workload:
     PARAMS: ClassVar[dict[str, Param]] = {}
     # Parameters that scale every iteration's cost alike: they change the loop's duration, not its shape.
     DURATION_PARAMS: ClassVar[tuple[str, ...]] = ()
+    # Whether the workload takes DATA_PARAMS: a flat loop whose iterations may each touch data of their own.
+    TOUCHES_DATA: ClassVar[bool] = True
 
     def __init__(self, **params: Any):
         self.given = dict(params)
-        self.params = resolve_params(f"workload {self.name}", self.PARAMS, params)
+        schema = {**DATA_PARAMS, **self.PARAMS} if self.TOUCHES_DATA else self.PARAMS
+        self.params = resolve_params(f"workload {self.name}", schema, params)
         self.check()
 
     def check(self) -> None:
@@ -56,9 +73,21 @@ class Workload:
     def generate(self, rng: np.random.Generator) -> np.ndarray:
         raise NotImplementedError
 
+    def bytes_per_iteration(self, n: int) -> np.ndarray:
+        """The bytes each of the ``n`` iterations touches: ``bytes`` each, unless the workload says otherwise."""
+        return np.full(n, self.params["bytes"], dtype=np.int64)
+
+    def footprint(self, n: int) -> Footprint | None:
+        """The data the loop's ``n`` iterations touch, or None when the workload gives no bytes."""
+        if not self.TOUCHES_DATA or not self.params.get("bytes"):
+            return None
+        p = self.params
+        return Footprint(self.bytes_per_iteration(n), p["pattern"], p["placement"], p["data"])
+
     def loops(self, rng: np.random.Generator) -> list[Loop]:
         """The loops this workload puts in a program: one, unless the workload is a loop nest or a sequence."""
-        return [Loop(self.costs(rng))]
+        costs = self.costs(rng)
+        return [Loop(costs, data=self.footprint(costs.size))]
 
 
 class UForall(Workload):
@@ -143,12 +172,23 @@ class FileCosts(Workload):
     """Per-iteration costs in ns from a CSV (one column, or a ``cost_ns`` column) or a .npy file."""
 
     name = "file"
-    summary = "costs in ns from path=FILE.csv or FILE.npy"
+    summary = "costs in ns from path=FILE.csv or FILE.npy (a CSV may add a bytes column: data per iteration)"
     PARAMS = {"path": Param("path", str, "", help="CSV or .npy file of costs in ns")}
+
+    file_bytes = None  # a ``bytes`` column of the CSV, read with the costs
 
     def check(self):
         if not self.params["path"]:
             raise SimschedError("workload file: parameter path= is required")
+
+    def footprint(self, n):
+        if self.file_bytes is None:
+            return super().footprint(n)
+        p = self.params
+        values = np.asarray(self.file_bytes, dtype=float)
+        if not np.all(np.isfinite(values)) or np.any(values < 0) or np.any(values != np.round(values)):
+            raise SimschedError(f"workload file: {p['path']}: the bytes column must hold whole numbers >= 0")
+        return Footprint(values.astype(np.int64), p["pattern"], p["placement"], p["data"])
 
     def generate(self, rng):
         path = Path(self.params["path"])
@@ -160,6 +200,11 @@ class FileCosts(Workload):
             else:
                 import pandas as pd
                 frame = pd.read_csv(path)
+                if "bytes" in frame.columns:
+                    if "bytes" in self.given:
+                        raise SimschedError(f"workload file: {path} has a bytes column; give bytes= or the column, "
+                                            "not both")
+                    self.file_bytes = frame["bytes"].to_numpy()
                 if "cost_ns" in frame.columns:
                     costs = frame["cost_ns"].to_numpy()
                 elif frame.shape[1] == 1:
@@ -188,6 +233,7 @@ class Nested(Workload):
     """
 
     name = "nested"
+    TOUCHES_DATA = False
     summary = "outer loop of r x unit_us (r in 1..r_max), each then an inner loop over [step*i, inner_end)"
     PARAMS = {"n": Param("n", int, 64, lambda v: v >= 1, ">= 1", help="outer iterations"),
               "unit_us": _cost("unit_us", 100.0, "outer work unit in us"),
@@ -218,6 +264,7 @@ class BlockMatmul(Workload):
     """
 
     name = "matmul"
+    TOUCHES_DATA = False
     summary = "D/B loops of (D/B)^2 block products of block_us each (E2 matrix multiplication)"
     PUBLISHED_BLOCK_US = {128: 2800.0, 64: 390.0, 32: 60.0}
     PARAMS = {"d": Param("d", int, 2048, lambda v: v >= 1, ">= 1", help="matrix dimension"),
@@ -245,6 +292,34 @@ class BlockMatmul(Workload):
         return [loop] * (self.params["d"] // self.params["b"])
 
 
+class Arrays(Workload):
+    """The locality microbenchmark: each iteration strides over an array of its own (balanced or a ramp of sizes).
+
+    ``balanced``: every array holds ``bytes``. ``unbalanced``: iteration j's array holds
+    bytes x 2 (j + 0.5) / n, rounded to whole 8-byte elements, a ramp from near 0 to twice
+    the mean, so that equal blocks of iterations carry very unequal work. The compute is the
+    memory accesses themselves (plus ``cost_ns`` per iteration, 0 by default).
+    """
+
+    name = "arrays"
+    summary = "each iteration walks an array of its own of bytes (balanced) or a ramp of sizes (unbalanced)"
+    PARAMS = {"n": _N, "bytes": Param("bytes", int, 4096, lambda v: v >= ELEMENT_BYTES, f">= {ELEMENT_BYTES}",
+                                      help="bytes of each iteration's array (the mean, when unbalanced)"),
+              "balance": Param("balance", str, "balanced", choices=("balanced", "unbalanced"),
+                                        help="equal arrays, or sizes rising linearly with the iteration"),
+              "cost_ns": _cost("cost_ns", 0.0, "compute per iteration besides its memory accesses")}
+
+    def generate(self, rng):
+        return np.full(self.params["n"], self.params["cost_ns"])
+
+    def bytes_per_iteration(self, n):
+        mean = self.params["bytes"]
+        if self.params["balance"] == "balanced":
+            return np.full(n, mean, dtype=np.int64)
+        ramp = mean * 2.0 * (np.arange(n) + 0.5) / n
+        return np.maximum(np.round(ramp / ELEMENT_BYTES), 1).astype(np.int64) * ELEMENT_BYTES
+
+
 def _is_number(text) -> bool:
     try:
         float(text)
@@ -257,6 +332,7 @@ class ArrayWorkload(Workload):
     """Costs given directly as an array (API use)."""
 
     name = "array"
+    TOUCHES_DATA = False
 
     def __init__(self, costs):
         self._costs = np.asarray(costs, dtype=float)
@@ -272,7 +348,7 @@ class ArrayWorkload(Workload):
 
 REGISTRY: dict[str, type[Workload]] = {
     cls.name: cls for cls in (UForall, Uniform, Normal, Linear, ExpIncreasing, ExpDecreasing, FileCosts,
-                              Nested, BlockMatmul)
+                              Nested, BlockMatmul, Arrays)
 }
 
 

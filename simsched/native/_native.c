@@ -156,24 +156,49 @@ static void build_cycle(run_t *r, long i, double *a, long lines)
     }
 }
 
+/* stride: 13 doubles at a time modulo the array, from element 0, elems updates in all, in exactly the order
+ * of j = (j + 13) % elems but without a division per element. Short arrays take a compare-and-subtract per
+ * update; long ones walk runs j, j + 13, ... below elems, each next run starting where the modulo wraps
+ * (j - elems), so the only per-update work is the add and the loop's compare (a short run would cost a
+ * mispredicted loop exit per few updates). */
+#define STRIDE 13
+#define STRIDE_RUNS_FROM (8 * STRIDE)
+
+static void update_stride(double *a, long elems)
+{
+    long step = elems > STRIDE ? STRIDE : STRIDE % elems, j = 0;
+    if (step == 0) {   /* 13 is a multiple of elems: j stays 0 */
+        for (long k = 0; k < elems; k++) a[0] += 1.0;
+    } else if (elems < STRIDE_RUNS_FROM) {
+        for (long k = 0; k < elems; k++) {
+            a[j] += 1.0;
+            j += step;
+            if (j >= elems) j -= elems;
+        }
+    } else {
+        /* The walk returns to 0 only by a wrap, and after elems updates it is back at 0: the runs end there. */
+        for (long done = 0; done < elems; j -= elems)
+            for (; j < elems; j += step, done++) a[j] += 1.0;
+    }
+}
+
+/* stream: one pass in order (also the calibration's bandwidth probe: the same loop times what a kernel gets). */
+static void update_stream(double *a, long elems)
+{
+    for (long k = 0; k < elems; k++) a[k] += 1.0;
+}
+
 static void touch(run_t *r, long i, int loop)
 {
     double *a = r->arrays + r->offsets[i];
     long elems = (long)r->elems[i];
     if (elems <= 0) return;
     switch (r->pattern) {
-    case PATTERN_STRIDE: {
-        /* Stride 13 modulo the array: 13 % elems < elems, so one compare-and-subtract keeps j inside. */
-        long step = 13 % elems, j = 0;
-        for (long k = 0; k < elems; k++) {
-            a[j] += 1.0;
-            j += step;
-            if (j >= elems) j -= elems;
-        }
+    case PATTERN_STRIDE:
+        update_stride(a, elems);
         break;
-    }
     case PATTERN_STREAM:
-        for (long k = 0; k < elems; k++) a[k] += 1.0;
+        update_stream(a, elems);
         break;
     case PATTERN_RANDOM: {
         /* A dependent chase through the cycle: the next line is known only once this one has arrived;
@@ -1069,17 +1094,11 @@ static void *probe_side(void *v)
             cursor = chase_steps(p, cursor, p->count);
             units = (double)p->count;
         } else if (p->kind == PROBE_STREAM) {
-            /* Scalar 8-byte reads, as the memory kernels make, eight sums in flight so adds do not limit it. */
-            const double *d = (const double *)buf;
-            double s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+            /* The stream kernel itself: each double loaded, incremented and stored back, in order. */
             for (long pass = 0; pass < p->count && !PROBE_ABORTED(p); pass++) {
-                for (size_t k = 0; k + 8 <= elems; k += 8) {
-                    s0 += d[k]; s1 += d[k + 1]; s2 += d[k + 2]; s3 += d[k + 3];
-                    s4 += d[k + 4]; s5 += d[k + 5]; s6 += d[k + 6]; s7 += d[k + 7];
-                }
-                units += (double)(elems / 8 * 8) * sizeof(double);
+                update_stream((double *)buf, (long)elems);
+                units += (double)elems * sizeof(double);
             }
-            sink = s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7;
         } else {
             /* Independent loads of random lines: the next address does not wait for this load. */
             uint64_t x = p->seed;
@@ -1108,7 +1127,7 @@ static void *probe_side(void *v)
 
 /* memory(kind, cpus, bytes, line, count, seed, timeout_s) -> (ns per access or GB/s per thread list, aggregate)
  *   "chase": dependent loads around a random cycle of lines: ns per load (first thread);
- *   "stream": ``count`` passes reading the buffer: GB/s of each thread, and all of them together;
+ *   "stream": ``count`` passes of the stream kernel over the buffer: GB/s of each thread, and all together;
  *   "independent": random lines whose addresses do not depend on each other: ns per access.
  * Each thread has a buffer of ``bytes`` of its own. */
 static PyObject *native_memory(PyObject *self, PyObject *args)

@@ -1,8 +1,11 @@
 """This machine's memory hierarchy: cache sizes read from sysfs, latencies and bandwidths measured by probes.
 
 The probes live in the C extension (``_native.memory``): a pointer chase around a random
-cycle of lines (dependent loads: the latency), scalar streaming reads (one core's bandwidth,
-and all cores' together for DRAM) and independent random loads (how many misses overlap).
+cycle of lines (dependent loads: the latency), the stream kernel of native runs (each double
+loaded, incremented and stored back in order: one core's bandwidth, and all cores' together
+for DRAM) and independent random loads (how many misses overlap). The bandwidths are what the
+memory kernels get, which update their data: a read-only stream reports several times more
+than they can use, and the locality model charges every access of theirs at these rates.
 Each probe runs on pinned threads under a time bound, like the other calibration probes.
 """
 
@@ -18,7 +21,7 @@ SYS_CPU = Path("/sys/devices/system/cpu")
 PROBE_TIMEOUT_S = 30.0
 DRAM_FACTOR = 4           # the DRAM probes' working set: this many times the last cache level
 DRAM_FALLBACK = 256 << 20  # ... or this much where sysfs lists no caches
-STREAM_BYTES = 256 << 20   # each bandwidth measurement reads at least this much
+STREAM_BYTES = 256 << 20   # each bandwidth measurement updates at least this much
 CHASE_LOADS = 1_000_000    # timed dependent loads per latency measurement (DRAM: a third of it)
 TRIES = 3                  # each figure is the best of this many measurements: others share the CPUs
 SEED = 0x5EED              # the probes' random cycles and addresses (any fixed value: they only need to be random)
@@ -109,7 +112,7 @@ def chase_ns(cpu: int, size: int, line: int, loads: int = CHASE_LOADS) -> float:
 
 
 def stream_gbs(cpus: list[int], size: int, line: int) -> float:
-    """Best GB/s of ``len(cpus)`` threads reading buffers of ``size`` bytes each at once (all together)."""
+    """Best GB/s of ``len(cpus)`` threads running the stream kernel over ``size`` bytes each at once (together)."""
     passes = max(2, -(-STREAM_BYTES // (size * len(cpus))))
     return max(_probe("stream", cpus, size, line, passes)[1] for _ in range(TRIES))
 
@@ -127,17 +130,17 @@ def measure_hierarchy(cpus: list[int], progress=print) -> dict:
     measured = []
     for cache in levels:
         size = cache.size_bytes // 2
-        progress(f"L{cache.level}: pointer chase and streaming reads over {size >> 10} KiB")
+        progress(f"L{cache.level}: pointer chase and stream kernel over {size >> 10} KiB")
         measured.append({"cache": cache, "probe_bytes": size, "latency_ns": chase_ns(first, size, line),
                          "bandwidth_gbs": stream_gbs([first], size, line)})
     dram_bytes = DRAM_FACTOR * levels[-1].size_bytes if levels else DRAM_FALLBACK
     dram_bytes = max(min(dram_bytes, memory_available() // 4), 4 * line)
-    progress(f"DRAM: pointer chase, independent loads and streaming reads over {dram_bytes >> 20} MiB")
+    progress(f"DRAM: pointer chase, independent loads and stream kernel over {dram_bytes >> 20} MiB")
     dram_latency = chase_ns(first, dram_bytes, line, CHASE_LOADS // 3)
     independent = independent_ns(first, dram_bytes, line)
     bandwidth = stream_gbs([first], dram_bytes, line)
     # All threads together: the same total working set split over 1..P of them; the best aggregate.
-    progress(f"DRAM: streaming reads with 1..{len(cpus)} threads at once")
+    progress(f"DRAM: stream kernel with 1..{len(cpus)} threads at once")
     shared = [bandwidth] + [stream_gbs(cpus[:k], max(dram_bytes // k, 4 * line), line)
                             for k in range(2, len(cpus) + 1)]
     return {"line_bytes": line, "levels": measured, "dram_bytes": dram_bytes, "dram_latency_ns": dram_latency,
@@ -174,8 +177,8 @@ def hierarchy_text(m: dict) -> str:
                 _entry("latency_ns", f"{latency:.2f}", f"pointer chase: ns per dependent load around a random cycle "
                        f"of lines over {size} (half the level)"
                        + (f"; measured {level['latency_ns']:.2f}, raised to the level inside's" if raised else "")),
-                _entry("bandwidth_gbs", f"{level['bandwidth_gbs']:.1f}", f"one thread reading {size} over and "
-                       "over in scalar 8-byte loads (as the memory kernels load)")]
+                _entry("bandwidth_gbs", f"{level['bandwidth_gbs']:.1f}", f"one thread running the stream kernel "
+                       f"over {size} again and again (each double loaded, incremented, stored back), GB/s updated")]
         if i == 0:
             out.append(_entry("outstanding_misses", f"{m['outstanding_misses']}", f"round(DRAM chase latency "
                               f"{m['dram_latency_ns']:.1f} ns / {m['independent_ns']:.2f} ns per independent random "
@@ -191,9 +194,9 @@ def hierarchy_text(m: dict) -> str:
             _entry("latency_ns", f"{dram_latency:.1f}", f"pointer chase as for the caches, over {size} "
                    f"({DRAM_FACTOR} x the last level)" + (f"; measured {m['dram_latency_ns']:.1f}, raised to the "
                                                           "last level's" if dram_latency > m["dram_latency_ns"] else "")),
-            _entry("bandwidth_gbs", f"{m['dram_bandwidth_gbs']:.1f}", f"one thread reading {size} over and over "
-                   "in scalar 8-byte loads"),
+            _entry("bandwidth_gbs", f"{m['dram_bandwidth_gbs']:.1f}", f"one thread running the stream kernel "
+                   f"over {size}, as for the caches"),
             _entry("shared_bandwidth_gbs", f"{shared[best]:.1f}", f"the best aggregate of 1..{len(shared)} threads "
-                   f"reading {size} split between them at once ({best + 1} thread(s)); GB/s by thread count: "
+                   f"running the stream kernel over {size} split between them, all at once ({best + 1} thread(s)); GB/s by thread count: "
                    f"[{', '.join(f'{x:.1f}' for x in shared)}]"), ""]
     return "\n".join(out)

@@ -165,8 +165,9 @@ def hierarchy_text(m: dict) -> str:
     floor = 0.0
     for i, level in enumerate(m["levels"]):
         cache = level["cache"]
-        latency = max(level["latency_ns"], floor)  # noise must not make an outer level faster than an inner one
-        raised = latency > level["latency_ns"]
+        # Noise must not make an outer level faster than an inner one (compared as written, to 2 decimals).
+        latency = max(round(level["latency_ns"], 2), floor)
+        raised = latency > round(level["latency_ns"], 2)
         floor = latency
         size = _kib(level["probe_bytes"])
         out += [f"[cache.l{cache.level}]",
@@ -184,16 +185,16 @@ def hierarchy_text(m: dict) -> str:
                               f"{m['dram_latency_ns']:.1f} ns / {m['independent_ns']:.2f} ns per independent random "
                               f"load over {_kib(m['dram_bytes'])}): misses in flight at once"))
         out.append("")
-    dram_latency = max(m["dram_latency_ns"], floor)
+    dram_latency = max(round(m["dram_latency_ns"], 2), floor)
     shared = m["shared_gbs"]
     best = max(range(len(shared)), key=lambda k: shared[k])
     size = _kib(m["dram_bytes"])
     out += ["[dram]",
             _entry("node", '"socket"', "one NUMA node: this file describes one socket"),
             _entry("size_gib", f"{m['memory_bytes'] / 2**30:.1f}", "/proc/meminfo: MemTotal"),
-            _entry("latency_ns", f"{dram_latency:.1f}", f"pointer chase as for the caches, over {size} "
-                   f"({DRAM_FACTOR} x the last level)" + (f"; measured {m['dram_latency_ns']:.1f}, raised to the "
-                                                          "last level's" if dram_latency > m["dram_latency_ns"] else "")),
+            _entry("latency_ns", f"{dram_latency:.2f}", f"pointer chase as for the caches, over {size} "
+                   f"({DRAM_FACTOR} x the last level)" + (f"; measured {m['dram_latency_ns']:.2f}, raised to the "
+                                                          "last level's" if dram_latency > round(m["dram_latency_ns"], 2) else "")),
             _entry("bandwidth_gbs", f"{m['dram_bandwidth_gbs']:.1f}", f"one thread running the stream kernel "
                    f"over {size}, as for the caches"),
             _entry("shared_bandwidth_gbs", f"{shared[best]:.1f}", f"the best aggregate of 1..{len(shared)} threads "

@@ -100,10 +100,14 @@ def build_parser() -> argparse.ArgumentParser:
     native_val.add_argument("--machine", default=HOST_MACHINE_FILE,
                             help=f"calibrated machine file (default {HOST_MACHINE_FILE})")
     native_val.add_argument("--threads", type=_integer, help="threads (default: the machine file's cores)")
-    native_val.add_argument("--points", type=_integer, default=10, help="loop durations from 1 us to 1 ms")
+    native_val.add_argument("--points", type=_integer, help="loop durations from 1 us to 1 ms (default 10)")
     native_val.add_argument("--repeat", type=_integer, default=21, help="loops per point (median)")
     native_val.add_argument("--no-openmp", action="store_true", help="skip the host OpenMP reference")
-    native_val.add_argument("--json", action="store_true", help="print a JSON list")
+    native_val.add_argument("--json", action="store_true", help="print a JSON list (--locality: an object)")
+    native_val.add_argument("--locality", action="store_true",
+                            help="instead, E3's locality benchmark: arrays over working sets sized by the "
+                                 "machine file's caches, omp-static, omp-dynamic and hybrid")
+    native_val.add_argument("--n", type=_integer, help="--locality: iterations per loop (default 4096)")
     native_cal = native_sub.add_parser("calibrate", help="measure this machine into a machine file")
     native_cal.add_argument("--out", default=HOST_MACHINE_FILE, help=f"machine file (default {HOST_MACHINE_FILE})")
     native_cal.add_argument("--threads", type=_integer, help="CPUs to measure (default: all available)")
@@ -377,6 +381,11 @@ def cmd_native(args) -> int:
     if args.native_command == "validate":
         from .native.validate import check_machine_file, format_validation, validate
 
+        if args.locality:
+            return _native_validate_locality(args)
+        if args.n is not None:
+            raise SimschedError("--n sets the iterations of the --locality validation; give --locality too")
+        args.points = 10 if args.points is None else args.points
         if args.points < 2 or args.repeat < 1:
             raise SimschedError("--points must be >= 2 and --repeat >= 1")
         table = validate(check_machine_file(args.machine), args.threads, args.points, args.repeat,
@@ -405,6 +414,22 @@ def cmd_native(args) -> int:
         print(json.dumps({**result.to_dict(), **native.summary(result)}))
     else:
         print(native.report(result))
+    return 0
+
+
+def _native_validate_locality(args) -> int:
+    from .native.validate import (LOCALITY_N, check_machine_file, format_locality, locality_errors,
+                                  validate_locality)
+
+    if args.points is not None or args.no_openmp:
+        raise SimschedError("--points and --no-openmp belong to the uforall validation, not --locality")
+    table = validate_locality(check_machine_file(args.machine), args.threads,
+                              LOCALITY_N if args.n is None else args.n, args.repeat)
+    if args.json:
+        print(json.dumps({"rows": json.loads(table.to_json(orient="records")),
+                          "median_abs_error": locality_errors(table)}))
+    else:
+        print(format_locality(table))
     return 0
 
 

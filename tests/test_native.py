@@ -258,6 +258,8 @@ def test_each_workers_states_fit_inside_the_makespan(scheduler):
     (["run", "--scheduler", "omp-static", "--threads", "1", "--workload", "uforall:n=3000000000"],
      "at most 2147483647 iterations"),
     (["calibrate", "--rounds", "0"], "rounds must be an integer"),
+    (["validate", "--n", "64", "--machine", "absent.toml"], "give --locality too"),
+    (["validate", "--locality", "--points", "3"], "--points and --no-openmp belong to the uforall validation"),
 ])
 def test_bad_native_input_is_one_line(args, message, capsys, tmp_path):
     if args[0] == "calibrate":
@@ -350,3 +352,111 @@ def test_native_counters_are_the_simulators_keys(scheduler):
     memory_model = {"atomics", "transfers", "cas_failures"}   # modeled coherence traffic: no native counterpart
     assert set(measured["counters"]) == set(_json(simulated)["counters"]) - memory_model
     assert all(isinstance(v, int) and v >= 0 for v in measured["counters"].values())
+
+
+@needs_native
+def test_calibrate_writes_a_loadable_hierarchy_with_increasing_sizes(tmp_path):
+    from simsched.native.memprobe import caches
+
+    out = tmp_path / "host.toml"
+    proc = _native_cli("calibrate", "--threads", 1, "--rounds", 100, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    hierarchy = load_machine(out).hierarchy
+    assert hierarchy is not None
+    levels = hierarchy.levels
+    assert [lv.size_bytes for lv in levels] == [c.size_bytes for c in caches()]
+    assert all(a.size_bytes < b.size_bytes for a, b in zip(levels, levels[1:]))
+    latencies = [lv.latency_ns for lv in levels] + [hierarchy.dram.latency_ns]
+    assert all(0 < a <= b for a, b in zip(latencies, latencies[1:])) and latencies[-1] < 10_000
+    assert all(lv.bandwidth_gbs > 0 for lv in levels) and hierarchy.dram.shared_bandwidth_gbs > 0
+    assert hierarchy.outstanding_misses >= 1
+    text = out.read_text()
+    assert "pointer chase" in text and "independent random load" in text and "sysfs" in text
+
+
+@needs_native
+def test_a_memory_probe_past_its_bound_stops():
+    from simsched.native import _native
+
+    with pytest.raises(TimeoutError, match="did not finish"):
+        _native.memory("chase", [native.cores()[0]], 8 << 20, 64, 10**12, 1, 0.2)
+
+
+@needs_native
+@pytest.mark.parametrize("pattern", ["stride", "stream", "random"])
+@pytest.mark.parametrize("placement", ["first-touch", "interleave"])
+def test_native_run_follows_the_footprint_and_reports_affinity(pattern, placement, tmp_path):
+    workload = f"arrays:n=96,bytes=2048,balance=unbalanced,pattern={pattern},placement={placement}"
+    chunks = tmp_path / "chunks.csv"
+    data = _json(_native_cli("run", "--scheduler", "omp-static", "--threads", THREADS, "--workload", workload,
+                             "--repeat", 4, "--json", "--chunks", chunks))
+    table = pd.read_csv(chunks, comment="#")
+    for loop in range(4):   # every iteration of every loop exactly once
+        count = np.zeros(96, dtype=int)
+        for lo, hi in table.loc[table["loop"] == loop, ["lo", "hi"]].itertuples(index=False):
+            count[lo:hi] += 1
+        assert (count == 1).all()
+    assert data["affinity"]["per_loop"] == [None, 1.0, 1.0, 1.0] and data["affinity"]["overall"] == 1.0
+
+
+@needs_native
+def test_the_memory_kernel_takes_each_iterations_own_bytes():
+    # One iteration per chunk on one thread: the unbalanced ramp's last iterations touch ~30x the first ones' data.
+    r = native.run("omp-dynamic:chunk=1", "arrays:n=64,bytes=65536,balance=unbalanced", 1, repeat=3)
+    last = r.chunks[r.chunks["loop"] == 2].sort_values("lo")
+    took = (last["end"] - last["start"]).to_numpy()
+    assert took[-16:].mean() > 5 * took[:16].mean()
+    # The cost busy-waits after the kernel: a loop of 20 us iterations takes at least its 20 x 64 us.
+    timed = native.run("omp-static", "arrays:n=64,bytes=512,cost_ns=20000", 1, repeat=2)
+    assert min(timed.loop_ns) >= 64 * 20000
+    # --array-bytes still gives every iteration of a workload without bytes an array (stride).
+    plain = native.run("omp-static", "uforall:n=64,cost_ns=0", 1, repeat=3)
+    touched = native.run("omp-static", "uforall:n=64,cost_ns=0", 1, repeat=3, array_bytes=65536)
+    assert min(touched.loop_ns) > 10 * max(plain.loop_ns[1:])
+
+
+@needs_native
+@pytest.mark.parametrize("args, message", [
+    (["--workload", "uforall:n=10,bytes=64,pattern=zigzag"], "pattern"),
+    (["--workload", "arrays:n=10,bytes=-8"], "bytes"),
+    (["--workload", "uforall:n=10,bytes=-8"], "bytes"),
+    (["--workload", "arrays:n=1000,bytes=4000000"], "at most 2 GiB"),
+    (["--workload", "arrays:n=10,bytes=64", "--array-bytes", "64"], "--array-bytes"),
+    (["--workload", "uforall:n=10,bytes=64", "--array-bytes", "64"], "--array-bytes"),
+])
+def test_bad_footprints_are_one_line(args, message):
+    proc = _native_cli("run", "--scheduler", "omp-static", "--threads", 1, *args)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert proc.stderr.count("\n") == 1 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+@needs_native
+def test_validate_locality_prints_its_table(tmp_path):
+    from simsched.native.memprobe import caches
+
+    if len(caches()) < 2:
+        pytest.skip("sysfs lists fewer than two cache levels here")
+    machine = tmp_path / "host.toml"
+    assert _native_cli("calibrate", "--threads", THREADS, "--rounds", 100, "--out", machine).returncode == 0
+    # A small last level keeps the working sets (8x it at most) small, so the check takes seconds.
+    text = machine.read_text()
+    last = re.findall(r"^size_kib = (\d+)", text, flags=re.M)
+    small = int(last[-2]) * 2
+    machine.write_text(re.sub(rf"^size_kib = {last[-1]}\b", f"size_kib = {small}", text, flags=re.M))
+    args = ["validate", "--locality", "--machine", machine, "--threads", THREADS, "--n", 64, "--repeat", 2]
+    proc = _native_cli(*args)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split()[:2] == ["scheduler", "working"] and len(lines) == 1 + 3 * 4 + 1
+    assert lines[-1].startswith("median |error| over working sets: omp-static")
+    assert f"8x l{len(caches())}" in proc.stdout and "hybrid" in proc.stdout
+    data = _json(_native_cli(*args, "--json"))
+    dynamic = f"omp-dynamic:chunk={max(1, 64 // (8 * THREADS))}"   # cilk_for's grain
+    assert [row["scheduler"] for row in data["rows"][:3]] == ["omp-static", dynamic, "hybrid"]
+    assert {row["total_bytes"] for row in data["rows"]} >= {8 * small * 1024}
+    for row in data["rows"]:
+        assert row["native_us"] > 0 and row["sim_us"] > 0 and row["threads"] == THREADS
+        assert row["native_affinity"] is not None and 0 <= row["native_affinity"] <= 1
+        if row["scheduler"] == "omp-static":
+            assert row["native_affinity"] == 1.0 == row["sim_affinity"]
+    assert set(data["median_abs_error"]) == {"omp-static", dynamic, "hybrid"}

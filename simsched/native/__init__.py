@@ -56,32 +56,6 @@ def _check_timeout(timeout_s) -> float:
     return float(timeout_s)
 
 
-def _costs(spec, seed: int) -> np.ndarray:
-    """The workload's costs for ``seed``, refusing loops the runtime cannot index before drawing them."""
-    _check_integer("seed", seed, 0, 2**63 - 1)
-    if spec.params.get("n", 0) > INT32:
-        raise SimschedError(f"native mode runs loops of at most {INT32} iterations")
-    _check_one_flat_loop(spec, seed)
-    costs = np.ascontiguousarray(spec.costs(np.random.default_rng(seed)), dtype=np.float64)
-    if costs.size > INT32:
-        raise SimschedError(f"native mode runs loops of at most {INT32} iterations")
-    return costs
-
-
-def _check_one_flat_loop(spec, seed: int) -> None:
-    """Refuse a workload whose program is not one loop without inner loops: the runtime would drop the rest."""
-    from ..workloads import Workload
-
-    if type(spec).loops is Workload.loops:  # the default program: the one loop of its costs
-        return
-    loops = spec.loops(np.random.default_rng(seed))
-    if any(loop.inner for loop in loops):
-        raise SimschedError(f"native mode runs flat loops; workload {spec.spec} nests loops in its iterations")
-    if len(loops) > 1:
-        raise SimschedError(f"native mode runs one loop (repeated with --repeat); workload {spec.spec} is a "
-                            f"program of {len(loops)} loops")
-
-
 def available() -> bool:
     """Whether the native runtime was built."""
     return _native is not None
@@ -128,17 +102,108 @@ def native_config(scheduler, n: int = 0, threads: int = 1) -> tuple[str, str, bo
 
 
 MAX_ARRAYS_BYTES = 2**31
+ELEMENT_BYTES = 8  # the memory kernels touch doubles
+
+
+def _program(spec, seed: int):
+    """The run's one loop, drawn from the run's one generator: its costs, its footprint (or None), the generator."""
+    _check_integer("seed", seed, 0, 2**63 - 1)
+    if spec.params.get("n", 0) > INT32:
+        raise SimschedError(f"native mode runs loops of at most {INT32} iterations")
+    rng = np.random.default_rng(seed)
+    loops = spec.loops(rng)
+    if any(loop.inner for loop in loops):
+        raise SimschedError(f"native mode runs flat loops; workload {spec.spec} nests loops in its iterations")
+    if len(loops) > 1:
+        raise SimschedError(f"native mode runs one loop (repeated with --repeat); workload {spec.spec} is a "
+                            f"program of {len(loops)} loops")
+    loop = loops[0]
+    if loop.n > INT32:
+        raise SimschedError(f"native mode runs loops of at most {INT32} iterations")
+    # The simulator charges these prefix sums; their differences are the costs it sees.
+    costs = np.ascontiguousarray(np.diff(loop.prefix), dtype=np.float64)
+    return costs, getattr(loop, "data", None), rng
+
+
+def _footprint(spec, footprint, n: int, array_bytes):
+    """What each iteration's memory kernel touches: the workload's footprint, or ``--array-bytes`` for all alike."""
+    if isinstance(array_bytes, bool) or not isinstance(array_bytes, (int, np.integer)) or array_bytes < 0:
+        raise SimschedError(f"array bytes must be an integer >= 0, got {array_bytes!r}")
+    if not array_bytes:
+        return footprint
+    if footprint is not None or "bytes" in getattr(spec, "given", {}):
+        raise SimschedError(f"--array-bytes gives every iteration an array; workload {spec.spec} already says "
+                            "what its iterations touch (bytes=): give one or the other")
+    if array_bytes < ELEMENT_BYTES:
+        raise SimschedError("array bytes must be 0 (no memory kernel) or at least 8 (one double)")
+    from ..locality import Footprint
+
+    return Footprint(bytes=np.full(n, int(array_bytes), dtype=np.int64))
+
+
+def _numa_nodes() -> list[int]:
+    """This host's NUMA nodes with memory (node 0 where sysfs does not say)."""
+    from .memprobe import _cpu_list
+
+    for name in ("has_memory", "online"):
+        try:
+            with open(f"/sys/devices/system/node/{name}") as file:
+                return sorted(_cpu_list(file.read()))
+        except (OSError, ValueError):
+            pass
+    return [0]
+
+
+def kernel(footprint, rng) -> tuple:
+    """The extension's memory-kernel arguments for ``footprint``: doubles per iteration, pattern, doubles per
+    line, the random cycles' seed and the interleave node mask; () without a footprint.
+
+    Each iteration's array is its bytes rounded up to whole doubles, and starts on a line of its
+    own (so iterations run by different workers never share a line). The whole must fit within
+    2 GiB and the memory free here.
+    """
+    if footprint is None or not footprint.bytes.any():
+        return ()
+    from .memprobe import caches, memory_available
+
+    levels = caches()
+    line = levels[0].line_bytes if levels else 64
+    elems = -(-footprint.bytes // ELEMENT_BYTES)
+    mapped = int((-(-elems // (line // ELEMENT_BYTES))).sum()) * line
+    n = footprint.bytes.size
+    what = (f"{n} iterations x {int(footprint.bytes[0])} bytes" if (footprint.bytes == footprint.bytes[0]).all()
+            else f"{n} iterations, {footprint.total} bytes in all")
+    if mapped > MAX_ARRAYS_BYTES:
+        raise SimschedError(f"the memory kernel would need {mapped / 2**30:.1f} GiB ({what}, each iteration's "
+                            "array on lines of its own); at most 2 GiB")
+    free = memory_available()
+    if mapped > free:
+        raise SimschedError(f"the memory kernel would need {mapped / 2**30:.2f} GiB ({what}); only "
+                            f"{free / 2**30:.2f} GiB of memory is free here")
+    mask = 0
+    if footprint.placement == "interleave":  # on a one-node host this changes nothing
+        nodes = _numa_nodes()
+        if max(nodes) >= 64:
+            raise SimschedError("placement=interleave: native mode deals pages over NUMA nodes 0..63 only")
+        mask = sum(1 << node for node in nodes)
+    seed = int(rng.integers(2**63)) if footprint.pattern == "random" else 0
+    return (np.ascontiguousarray(elems, dtype=np.int64).tobytes(), footprint.pattern, line // ELEMENT_BYTES,
+            seed, mask)
 
 
 def run(scheduler, workload, threads: int, seed: int = 0, repeat: int = 1,
         timeout_s: float = DEFAULT_TIMEOUT_S, array_bytes: int = 0, timeline: bool = False) -> Result:
     """Run ``workload`` ``repeat`` times back to back on ``threads`` pinned threads under ``scheduler``.
 
-    With ``array_bytes``, each iteration also strides over an array of its own of that size
-    (stride 13 elements modulo its size) before its busy-wait: the same iteration finds its
-    data warm on the core that ran it in the previous loop and cold elsewhere. With
-    ``timeline``, each worker also records when it reached and left each loop's fork and
-    join, from which ``Result.segments`` holds its sync and schedule stretches.
+    An iteration whose workload has a footprint (``bytes=``, or ``array_bytes`` for every
+    iteration of a workload without one) first runs the memory kernel over an array of its own,
+    then busy-waits its cost: ``stride`` steps 13 doubles modulo the array, ``stream`` passes
+    over it in order, ``random`` chases a random cycle through its lines. The loops share the
+    data, so an iteration finds its array warm on the core that ran it in the previous loop.
+    The arrays are not touched before the first loop: its workers fault their pages in (first
+    touch), unless ``placement=interleave`` deals the pages over the NUMA nodes. With
+    ``timeline``, each worker also records when it reached and left each loop's fork and join,
+    from which ``Result.segments`` holds its sync and schedule stretches.
     """
     from ..schedulers import get_scheduler
     from ..workloads import get_workload
@@ -150,21 +215,17 @@ def run(scheduler, workload, threads: int, seed: int = 0, repeat: int = 1,
     repeat = _check_integer("repeat", repeat, 1, MAX_REPEAT)
     timeout_s = _check_timeout(timeout_s)
     spec = get_workload(workload)
-    costs = _costs(spec, seed)
+    costs, footprint, rng = _program(spec, seed)
+    memory = kernel(_footprint(spec, footprint, costs.size, array_bytes), rng)
     share, barrier, fork_full, join_full, chunk = native_config(sched, costs.size, threads)
-    if isinstance(array_bytes, bool) or not isinstance(array_bytes, (int, np.integer)) or array_bytes < 0:
-        raise SimschedError(f"array bytes must be an integer >= 0, got {array_bytes!r}")
-    if array_bytes and array_bytes < 8:
-        raise SimschedError("array bytes must be 0 (no memory kernel) or at least 8 (one double)")
-    if costs.size * array_bytes > MAX_ARRAYS_BYTES:
-        raise SimschedError(f"the memory kernel would need {costs.size * array_bytes / 2**30:.1f} GiB "
-                            f"({costs.size} iterations x {array_bytes} bytes); at most 2 GiB")
     try:
         trace = _native.run(costs.tobytes(), int(repeat), list(cpus), share, barrier, fork_full, join_full,
                             chunk, float(timeout_s), b"", b"", float(sched.params.get("eps", 0.33)),
-                            int(array_bytes) // 8, bool(timeline))
+                            bool(timeline), *memory)
     except TimeoutError as exc:  # the watchdog stopped the threads
         raise SimschedError(f"{exc} (raise --timeout for longer loops)") from None
+    except OSError as exc:  # mbind refused
+        raise SimschedError(f"placement=interleave: the kernel refused to interleave the pages ({exc})") from None
     if not trace["pinned"]:
         warnings.warn("the threads could not be pinned to CPUs; they ran unpinned", RuntimeWarning, stacklevel=2)
     result = _result(trace, sched.spec, spec.spec, threads, seed, costs, int(repeat))
@@ -309,7 +370,8 @@ def replay(chunks: pd.DataFrame, workload, seed: int = 0, threads: int | None = 
         raise SimschedError("the chunk table is empty")
     timeout_s = _check_timeout(timeout_s)
     spec = get_workload(workload)
-    costs = _costs(spec, seed)
+    costs, footprint, rng = _program(spec, seed)
+    memory = kernel(footprint, rng)
     for column in ("worker", "loop", "lo", "hi"):
         values = pd.to_numeric(chunks[column], errors="coerce")
         if values.isna().any() or (values != np.floor(values)).any() or (values < 0).any():
@@ -338,9 +400,11 @@ def replay(chunks: pd.DataFrame, workload, seed: int = 0, threads: int | None = 
     offsets = np.searchsorted(workers, np.arange(threads + 1)).astype(np.int64)
     try:
         trace = _native.run(costs.tobytes(), loops, list(cpus), "replay", "tree", True, True, 0, float(timeout_s),
-                            triples.tobytes(), offsets.tobytes())
+                            triples.tobytes(), offsets.tobytes(), 0.33, False, *memory)
     except TimeoutError as exc:
         raise SimschedError(f"{exc} (raise --timeout for longer schedules)") from None
+    except OSError as exc:
+        raise SimschedError(f"placement=interleave: the kernel refused to interleave the pages ({exc})") from None
     measured = _result(trace, "replay", spec.spec, threads, seed, costs, loops)
     keys = ["worker", "loop", "lo", "hi"]
     simulated = chunks[keys].assign(simulated_ns=(chunks["end"] - chunks["start"]).to_numpy())

@@ -21,7 +21,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #define LINE 128
 
@@ -93,8 +96,15 @@ struct run {
     padded *claimed;            /* hybrid: claim flags of the R partitions */
     padded claims_left;         /* hybrid: partitions not claimed yet */
     int partitions;             /* hybrid: R, the smallest power of two >= P */
-    double *arrays;             /* the memory kernel's arrays, ``elems`` doubles per iteration, or NULL */
-    long elems;
+    /* The memory kernel: iteration i's array is the doubles [offsets[i], offsets[i] + elems[i]) of ``arrays``
+     * or arrays is NULL. */
+    double *arrays;
+    size_t mapped;              /* bytes mapped at ``arrays`` */
+    int64_t *offsets;           /* computed from elems: each array starts on a line of its own */
+    const int64_t *elems;
+    int pattern;                /* PATTERN_* */
+    long line_elems;            /* doubles per cache line (random: one chase step per line) */
+    uint64_t chase_seed;        /* random: iteration i's cycle is drawn from this and i */
 };
 
 #define CHECK_ABORT(r) do { if (atomic_load_explicit(&(r)->abort_flag, memory_order_relaxed)) pthread_exit(NULL); } while (0)
@@ -121,26 +131,105 @@ static void record(run_t *r, worker_state *s, int loop, long lo, long hi, double
     s->chunks++;
 }
 
-/* Run iterations [lo, hi): each busy-waits its cost; deadlines accumulate, so the chunk
- * takes the sum of its costs however long one clock read is. */
-/* The memory kernel: iteration i strides over its own array, stride 13 modulo its size. */
-static void touch(run_t *r, long i)
+/* The memory kernels. Iteration i works on its own array of doubles. */
+enum { PATTERN_STRIDE, PATTERN_STREAM, PATTERN_RANDOM };
+
+static inline uint64_t splitmix64(uint64_t *x)
 {
-    double *a = r->arrays + (size_t)i * (size_t)r->elems;
-    long j = 0;
-    for (long k = 0; k < r->elems; k++) {
-        a[j] += 1.0;
-        j = (j + 13) % r->elems;
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* random: make the first word of each line hold the index of the next line of one random cycle over all
+ * lines (Sattolo's shuffle). Done by the worker that first runs the iteration, so it is also the first touch. */
+static void build_cycle(run_t *r, long i, double *a, long lines)
+{
+    int64_t *word = (int64_t *)a;
+    long le = r->line_elems;
+    uint64_t x = r->chase_seed ^ (0xD1B54A32D192ED03ull * (uint64_t)(i + 1));
+    for (long k = 0; k < lines; k++) word[k * le] = k;
+    for (long k = lines - 1; k > 0; k--) {
+        long j = (long)(splitmix64(&x) % (uint64_t)k);
+        int64_t t = word[k * le]; word[k * le] = word[j * le]; word[j * le] = t;
     }
 }
 
+/* stride: 13 doubles at a time modulo the array, from element 0, elems updates in all, in exactly the order
+ * of j = (j + 13) % elems but without a division per element. Short arrays take a compare-and-subtract per
+ * update; long ones walk runs j, j + 13, ... below elems, each next run starting where the modulo wraps
+ * (j - elems), so the only per-update work is the add and the loop's compare (a short run would cost a
+ * mispredicted loop exit per few updates). */
+#define STRIDE 13
+#define STRIDE_RUNS_FROM (8 * STRIDE)
+
+static void update_stride(double *a, long elems)
+{
+    long step = elems > STRIDE ? STRIDE : STRIDE % elems, j = 0;
+    if (step == 0) {   /* 13 is a multiple of elems: j stays 0 */
+        for (long k = 0; k < elems; k++) a[0] += 1.0;
+    } else if (elems < STRIDE_RUNS_FROM) {
+        for (long k = 0; k < elems; k++) {
+            a[j] += 1.0;
+            j += step;
+            if (j >= elems) j -= elems;
+        }
+    } else {
+        /* The walk returns to 0 only by a wrap, and after elems updates it is back at 0: the runs end there. */
+        for (long done = 0; done < elems; j -= elems)
+            for (; j < elems; j += step, done++) a[j] += 1.0;
+    }
+}
+
+/* stream: one pass in order (also the calibration's bandwidth probe: the same loop times what a kernel gets). */
+static void update_stream(double *a, long elems)
+{
+    for (long k = 0; k < elems; k++) a[k] += 1.0;
+}
+
+static void touch(run_t *r, long i, int loop)
+{
+    double *a = r->arrays + r->offsets[i];
+    long elems = (long)r->elems[i];
+    if (elems <= 0) return;
+    switch (r->pattern) {
+    case PATTERN_STRIDE:
+        update_stride(a, elems);
+        break;
+    case PATTERN_STREAM:
+        update_stream(a, elems);
+        break;
+    case PATTERN_RANDOM: {
+        /* A dependent chase through the cycle: the next line is known only once this one has arrived;
+         * the line's other doubles are updated on the way. */
+        long le = r->line_elems, lines = (elems + le - 1) / le, cur = 0;
+        if (loop == 0) build_cycle(r, i, a, lines);
+        const int64_t *word = (const int64_t *)a;
+        for (long k = 0; k < lines; k++) {
+            double *line = a + cur * le;
+            long next = (long)word[cur * le];
+            long end = elems - cur * le < le ? elems - cur * le : le;
+            for (long e = 1; e < end; e++) line[e] += 1.0;
+            cur = next;
+        }
+        break;
+    }
+    }
+}
+
+/* Run iterations [lo, hi): each runs its memory kernel, then busy-waits its cost; deadlines accumulate,
+ * so the chunk takes the sum of its costs however long one clock read is. */
 static void run_chunk(run_t *r, worker_state *s, int loop, long lo, long hi)
 {
     CHECK_ABORT(r);   /* also where no wait spins: one thread, empty iterations */
     double start = now_ns(), deadline = start;
     for (long i = lo; i < hi; i++) {
-        if (r->arrays) touch(r, i);
         double c = r->costs[i];
+        if (r->arrays) {
+            touch(r, i, loop);
+            if (c > 0) deadline = now_ns();   /* the busy-wait of the cost starts after the kernel */
+        }
         if (c <= 0) continue;
         deadline += c;
         while (now_ns() < deadline) CHECK_ABORT(r);
@@ -507,25 +596,74 @@ static PyObject *bytes_of(const void *data, size_t size)
     return PyBytes_FromStringAndSize(size ? data : "", (Py_ssize_t)size);
 }
 
+static const char *PATTERNS[] = {"stride", "stream", "random", NULL};
+
+/* Map the kernel's arrays without touching them: the worker that first runs an iteration faults its pages in
+ * (first touch), unless ``interleave`` names the NUMA nodes to deal the pages over (mbind, MPOL_INTERLEAVE).
+ * Iteration i gets elems[i] doubles starting on a line of its own. Returns 0, or -1 with a Python error set. */
+static int map_arrays(run_t *r, Py_buffer *elems, const char *pattern, long line_elems, uint64_t chase_seed,
+                      uint64_t interleave)
+{
+    const int64_t *count = elems->buf;
+    r->pattern = lookup(pattern, PATTERNS);
+    if (r->pattern < 0 || line_elems < 1 || elems->len != (Py_ssize_t)r->n * (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "native run: bad memory kernel (pattern, line or one size per iteration)");
+        return -1;
+    }
+    int64_t *off = malloc((size_t)r->n * sizeof *off);
+    if (!off) { PyErr_NoMemory(); return -1; }
+    r->offsets = off;
+    r->elems = count;
+    r->line_elems = line_elems;
+    r->chase_seed = chase_seed;
+    int64_t total = 0;
+    for (int i = 0; i < r->n; i++) {
+        if (count[i] < 0) {
+            PyErr_SetString(PyExc_ValueError, "native run: an iteration's array size is negative");
+            return -1;
+        }
+        off[i] = total;
+        total += (count[i] + line_elems - 1) / line_elems * line_elems;
+    }
+    size_t bytes = (size_t)total * sizeof(double);
+    if (bytes == 0) return 0;   /* every iteration touches nothing */
+    void *mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (mem == MAP_FAILED) { PyErr_NoMemory(); return -1; }
+    r->arrays = mem;
+    r->mapped = bytes;
+    if (interleave) {
+        /* MPOL_INTERLEAVE = 3 (linux/mempolicy.h); maxnode counts the mask's bits. */
+        unsigned long mask = (unsigned long)interleave;
+        if (syscall(SYS_mbind, mem, bytes, 3, &mask, (unsigned long)(8 * sizeof mask), 0) != 0) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* run(costs: bytes of float64, loops, cpus: list[int], share, barrier, fork_full, join_full, chunk, timeout_s,
  *     plan: bytes of int64 (loop, lo, hi) triples by worker, plan_start: bytes of int64 offsets (P + 1),
- *     eps, elems, timeline: bool)
+ *     eps, timeline: bool, elems: bytes of int64 (doubles per iteration, b"" for no memory kernel),
+ *     pattern, line_elems, chase_seed, interleave_nodes: int bit mask (0: first touch))
  * -> dict(chunks=bytes, workers=bytes, state=bytes (compute, schedule, sync per worker), loop_end=list,
  *         counters=dict, pinned=bool, marks=bytes (with timeline: P x loops x 4 doubles, else empty));
  * the plan is only read by the "replay" share */
 static PyObject *native_run(PyObject *self, PyObject *args)
 {
-    Py_buffer costs, plan = {0}, plan_start = {0};
+    Py_buffer costs, plan = {0}, plan_start = {0}, elems = {0};
     int loops, fork_full, join_full, chunk;
     double eps = 0.33;
-    long elems = 0;
     int timeline = 0;
-    const char *share_name, *barrier_name;
+    const char *share_name, *barrier_name, *pattern_name = "stride";
+    long line_elems = 8;
+    unsigned long long chase_seed = 0, interleave = 0;
     PyObject *cpu_list;
     double timeout_s;
-    if (!PyArg_ParseTuple(args, "y*iO!sspp" "id|y*y*dlp", &costs, &loops, &PyList_Type, &cpu_list, &share_name,
-                          &barrier_name, &fork_full, &join_full, &chunk, &timeout_s, &plan, &plan_start, &eps,
-                          &elems, &timeline))
+    if (!PyArg_ParseTuple(args, "y*iO!sspp" "id|y*y*dpy*slKK", &costs, &loops, &PyList_Type, &cpu_list,
+                          &share_name, &barrier_name, &fork_full, &join_full, &chunk, &timeout_s, &plan,
+                          &plan_start, &eps, &timeline, &elems, &pattern_name, &line_elems, &chase_seed,
+                          &interleave))
         return NULL;
     PyObject *result = NULL;
     run_t r;
@@ -569,11 +707,8 @@ static PyObject *native_run(PyObject *self, PyObject *args)
     r.join_full = join_full;
     r.chunk = chunk > 0 ? chunk : (r.share == SHARE_STATIC ? 0 : 1);
     r.eps = eps;
-    if (elems > 0) {
-        r.elems = elems;
-        r.arrays = malloc((size_t)r.n * (size_t)elems * sizeof(double));
-        if (!r.arrays) { PyErr_NoMemory(); goto done; }
-        memset(r.arrays, 0, (size_t)r.n * (size_t)elems * sizeof(double));   /* fault the pages in now */
+    if (elems.buf && elems.len) {
+        if (map_arrays(&r, &elems, pattern_name, line_elems, chase_seed, interleave) < 0) goto done;
     }
     if (r.share < 0 || r.barrier < 0 || threads < 1 || r.n < 1) {
         PyErr_SetString(PyExc_ValueError, "native run: bad share, barrier, thread count or empty loop");
@@ -664,8 +799,10 @@ done:
     if (r.ws) for (int w = 0; w < threads; w++) { free(r.ws[w].recs); free(r.ws[w].marks); }
     free(cpus); free(wargs); free(r.ws); free(r.loop_end);
     free(r.ranges); free(r.arrived); free(r.released); free(r.ich_d); free(r.ich_k); free(r.claimed);
-    free(r.arrays);
+    if (r.arrays) munmap(r.arrays, r.mapped);
+    free(r.offsets);
     PyBuffer_Release(&costs);
+    if (elems.buf) PyBuffer_Release(&elems);
     if (plan.buf) PyBuffer_Release(&plan);
     if (plan_start.buf) PyBuffer_Release(&plan_start);
     return result;
@@ -874,12 +1011,189 @@ static PyObject *native_clock_read(PyObject *self, PyObject *noargs)
     return PyFloat_FromDouble((now_ns() - start) / reads);
 }
 
+/* ---- memory probes ----------------------------------------------------------------------- */
+
+enum { PROBE_CHASE, PROBE_STREAM, PROBE_INDEPENDENT };
+#define MAX_PROBE_THREADS 256
+
+typedef struct {
+    int kind, threads;
+    size_t bytes, line;           /* each thread's buffer, and the line a chase step or random access takes */
+    long count;                   /* chase / independent: timed accesses; stream: timed passes */
+    uint64_t seed;
+    atomic_int ready, go, finished, abort_flag, failed;
+    double elapsed[MAX_PROBE_THREADS], units[MAX_PROBE_THREADS];
+    double start[MAX_PROBE_THREADS], end[MAX_PROBE_THREADS];
+} probe_t;
+
+typedef struct { probe_t *p; int w; } probe_arg;
+
+#define PROBE_ABORTED(p) atomic_load_explicit(&(p)->abort_flag, memory_order_relaxed)
+
+/* A random cyclic permutation of the buffer's lines (Sattolo), each line's first word pointing at the next. */
+static int build_chase(probe_t *p, char *buf, size_t lines, uint64_t seed)
+{
+    uint32_t *next = malloc(lines * sizeof *next);
+    if (!next) return -1;
+    for (size_t k = 0; k < lines; k++) next[k] = (uint32_t)k;
+    for (size_t k = lines - 1; k > 0; k--) {
+        size_t j = (size_t)(splitmix64(&seed) % k);
+        uint32_t t = next[k]; next[k] = next[j]; next[j] = t;
+        if ((k & 0xffff) == 0 && PROBE_ABORTED(p)) break;
+    }
+    for (size_t k = 0; k < lines; k++) *(void **)(buf + k * p->line) = buf + (size_t)next[k] * p->line;
+    free(next);
+    return 0;
+}
+
+/* ``steps`` dependent loads from ``*cursor``, checking the abort flag every 4096. */
+static void *chase_steps(probe_t *p, void *cursor, long steps)
+{
+    void **q = cursor;
+    for (long k = 0; k < steps; k++) {
+        q = *q;
+        if ((k & 4095) == 0 && PROBE_ABORTED(p)) break;
+    }
+    return q;
+}
+
+static void *probe_side(void *v)
+{
+    probe_arg *a = v;
+    probe_t *p = a->p;
+    int w = a->w;
+    char *buf = mmap(NULL, p->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED) { atomic_store(&p->failed, 1); buf = NULL; }
+#ifdef MADV_HUGEPAGE
+    /* Large pages where the kernel has them: the probes time the caches and DRAM, not page walks. */
+    if (buf) madvise(buf, p->bytes, MADV_HUGEPAGE);
+#endif
+    size_t lines = p->bytes / p->line, elems = p->bytes / sizeof(double);
+    volatile double sink = 0;
+    void *cursor = buf;
+    if (buf) {
+        if (p->kind == PROBE_CHASE) {
+            if (build_chase(p, buf, lines, p->seed) < 0) atomic_store(&p->failed, 1);
+            else cursor = chase_steps(p, buf, (long)lines < p->count ? (long)lines : p->count);   /* warm */
+        } else {
+            double *d = (double *)buf;
+            for (size_t k = 0; k < elems; k++) d[k] = 1.0;   /* fault in and warm */
+        }
+    }
+    /* Everyone ready, then all start at once (the shared-bandwidth probe reads concurrently). */
+    atomic_fetch_add(&p->ready, 1);
+    if (w == 0) {
+        while (atomic_load(&p->ready) < p->threads && !PROBE_ABORTED(p)) cpu_relax();
+        atomic_store(&p->go, 1);
+    } else {
+        while (!atomic_load(&p->go) && !PROBE_ABORTED(p)) cpu_relax();
+    }
+    if (buf && !atomic_load(&p->failed)) {
+        double start = now_ns(), units = 0;
+        if (p->kind == PROBE_CHASE) {
+            cursor = chase_steps(p, cursor, p->count);
+            units = (double)p->count;
+        } else if (p->kind == PROBE_STREAM) {
+            /* The stream kernel itself: each double loaded, incremented and stored back, in order. */
+            for (long pass = 0; pass < p->count && !PROBE_ABORTED(p); pass++) {
+                update_stream((double *)buf, (long)elems);
+                units += (double)elems * sizeof(double);
+            }
+        } else {
+            /* Independent loads of random lines: the next address does not wait for this load. */
+            uint64_t x = p->seed;
+            double s = 0;
+            for (long k = 0; k < p->count; k++) {
+                x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                size_t line = (size_t)(((x >> 32) * (uint64_t)lines) >> 32);
+                s += *(const double *)(buf + line * p->line + sizeof(void *));
+                if ((k & 4095) == 0 && PROBE_ABORTED(p)) break;
+            }
+            sink = s;
+            units = (double)p->count;
+        }
+        double end = now_ns();
+        p->start[w] = start;
+        p->end[w] = end;
+        p->elapsed[w] = end - start;
+        p->units[w] = units;
+    }
+    (void)sink;
+    if (cursor == (void *)1) p->units[w] = -1;   /* keeps the chase's result alive */
+    if (buf) munmap(buf, p->bytes);
+    atomic_fetch_add(&p->finished, 1);
+    return NULL;
+}
+
+/* memory(kind, cpus, bytes, line, count, seed, timeout_s) -> (ns per access or GB/s per thread list, aggregate)
+ *   "chase": dependent loads around a random cycle of lines: ns per load (first thread);
+ *   "stream": ``count`` passes of the stream kernel over the buffer: GB/s of each thread, and all together;
+ *   "independent": random lines whose addresses do not depend on each other: ns per access.
+ * Each thread has a buffer of ``bytes`` of its own. */
+static PyObject *native_memory(PyObject *self, PyObject *args)
+{
+    const char *kind_name;
+    PyObject *cpu_list;
+    Py_ssize_t bytes, line;
+    long count;
+    unsigned long long seed;
+    double timeout_s;
+    int pinned, status;
+    static const char *KINDS[] = {"chase", "stream", "independent", NULL};
+    if (!PyArg_ParseTuple(args, "sO!nnlKd", &kind_name, &PyList_Type, &cpu_list, &bytes, &line, &count, &seed,
+                          &timeout_s))
+        return NULL;
+    int kind = lookup(kind_name, KINDS), threads = (int)PyList_Size(cpu_list);
+    if (kind < 0 || threads < 1 || threads > MAX_PROBE_THREADS || line < (Py_ssize_t)sizeof(void *) + 8
+        || bytes < 2 * line || count < 1 || (size_t)bytes / (size_t)line > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "memory: bad kind, thread count, line, size or count");
+        return NULL;
+    }
+    int cpus[MAX_PROBE_THREADS];
+    for (int i = 0; i < threads; i++) cpus[i] = (int)PyLong_AsLong(PyList_GetItem(cpu_list, i));
+    if (PyErr_Occurred()) return NULL;
+    probe_t *p = aligned_alloc(LINE, (sizeof(probe_t) + LINE - 1) / LINE * LINE);
+    if (!p) return PyErr_NoMemory();
+    memset(p, 0, sizeof *p);
+    p->kind = kind; p->threads = threads; p->bytes = (size_t)bytes; p->line = (size_t)line;
+    p->count = count; p->seed = seed | 1;
+    probe_arg sides[MAX_PROBE_THREADS];
+    for (int i = 0; i < threads; i++) sides[i] = (probe_arg){p, i};
+    Py_BEGIN_ALLOW_THREADS
+    status = run_threads(threads, cpus, probe_side, sides, sizeof sides[0], &p->finished, &p->abort_flag,
+                         timeout_s, &pinned);
+    Py_END_ALLOW_THREADS
+    PyObject *result = NULL;
+    if (status != 0) {
+        char message[120];
+        snprintf(message, sizeof message, "the %s memory probe did not finish in %g s", kind_name, timeout_s);
+        PyErr_SetString(PyExc_TimeoutError, message);
+    } else if (atomic_load(&p->failed)) {
+        PyErr_NoMemory();
+    } else if (kind == PROBE_STREAM) {
+        PyObject *each = PyList_New(threads);
+        double first = p->start[0], last = p->end[0], total = 0;
+        for (int i = 0; each && i < threads; i++) {
+            PyList_SET_ITEM(each, i, PyFloat_FromDouble(p->units[i] / p->elapsed[i]));
+            total += p->units[i];
+            if (p->start[i] < first) first = p->start[i];
+            if (p->end[i] > last) last = p->end[i];
+        }
+        result = each ? Py_BuildValue("(Nd)", each, total / (last - first)) : NULL;
+    } else {
+        result = Py_BuildValue("d", p->elapsed[0] / p->units[0]);
+    }
+    free(p);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"run", native_run, METH_VARARGS, "Run a program of loops on pinned threads and return its trace."},
     {"pingpong", native_pingpong, METH_VARARGS, "One-way latency between two cores by CAS ping-pong."},
     {"fetch_add", native_fetch_add, METH_VARARGS, "Mean fetch-and-add cost with threads contending."},
     {"wakeup", native_wakeup, METH_VARARGS, "Mean wake-up latency of a thread blocked on a condition."},
     {"clock_read", native_clock_read, METH_NOARGS, "Cost of one monotonic clock read."},
+    {"memory", native_memory, METH_VARARGS, "Memory probes: chase latency, streaming bandwidth, independent misses."},
     {NULL, NULL, 0, NULL},
 };
 

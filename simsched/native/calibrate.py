@@ -1,4 +1,5 @@
-"""Measure this machine into a machine file: core-to-core latencies, atomics, wake-up, loop and chunk costs."""
+"""Measure this machine into a machine file: core-to-core latencies, atomics, wake-up, loop and chunk costs,
+and its memory hierarchy (cache sizes from sysfs; latencies and bandwidths measured)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ..errors import SimschedError
 from ..machine import load_machine
 from ..output import check_output, write_whole
 from . import check_threads, require, run
+from .memprobe import hierarchy_text
 
 
 def _clock_ghz() -> tuple[float, str]:
@@ -60,9 +62,12 @@ def measure(threads: int | None = None, rounds: int = 20000, progress=print) -> 
     static = run("omp-static", "uforall:n=1,cost_ns=0", 1, repeat=201)
     per_loop = statistics.median(static.loop_ns[1:])
     ghz, clock_source = _clock_ghz()
+    from .memprobe import measure_hierarchy
+
+    memory = measure_hierarchy(cpus, progress)
     return {"cpus": cpus, "rounds": rounds, "matrix": matrix, "fetch_add": fetch_add, "wakeup": wakeup,
             "clock_read": clock_read, "per_chunk": per_chunk, "per_loop": per_loop, "ghz": ghz,
-            "clock_source": clock_source}
+            "clock_source": clock_source, "memory": memory}
 
 
 def machine_text(m: dict, command: str) -> str:
@@ -112,7 +117,7 @@ combine = 1.0              # assumed, not measured: combining two partial result
 [os]
 wakeup_ns = {m["wakeup"]:.0f}          # condition-variable signal until the blocked thread runs, mean of 200
 # one CLOCK_MONOTONIC read (the busy-wait's granularity): {m["clock_read"]:.1f} ns
-'''
+''' + hierarchy_text(m["memory"])
 
 
 def calibrate(out: str | Path, threads: int | None = None, rounds: int = 20000, command: str = "",

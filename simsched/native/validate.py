@@ -138,3 +138,91 @@ def check_machine_file(path: str | Path) -> Path:
     if not path.is_file():
         raise SimschedError(f"no machine file {path}: measure this machine first with simsched native calibrate")
     return path
+
+
+# E3's locality microbenchmark: working sets as multiples of a cache level's total size over the threads.
+LOCALITY_N = 4096
+
+
+def working_sets(hierarchy, threads: int) -> list[tuple[str, int]]:
+    """(label, total bytes) of the locality sweep: 0.5 x the threads' last private level, 0.5, 2 and 8 x the last."""
+    levels = hierarchy.levels
+    if not levels:
+        raise SimschedError("the machine file describes no cache levels: the locality validation sizes its "
+                            "working sets by them")
+    sets = []
+    private = [lv for lv in levels if lv.shared_by == "core"]
+    last = levels[-1]
+    if private and private[-1] is not last:
+        sets.append((f"0.5x {private[-1].name} x{threads}", private[-1].size_bytes * threads // 2))
+    total = last.size_bytes * (threads if last.shared_by == "core" else 1)
+    name = f"{last.name} x{threads}" if last.shared_by == "core" else last.name
+    sets += [(f"{factor:g}x {name}", int(total * factor)) for factor in (0.5, 2, 8)]
+    return sets
+
+
+def locality_schedulers(n: int, threads: int) -> list[str]:
+    """The three schedulers of the sweep; omp-dynamic's chunk is a cilk_for grain, min(N / 8P, 2048)."""
+    from ..schedulers.base import default_grain
+
+    return ["omp-static", f"omp-dynamic:chunk={default_grain(n, threads)}", "hybrid"]
+
+
+def validate_locality(machine=HOST_MACHINE_FILE, threads: int | None = None, n: int = LOCALITY_N,
+                      repeat: int = 21) -> pd.DataFrame:
+    """Per scheduler and working set: native and simulated median loop time of ``arrays`` (balanced) and affinity.
+
+    Each working set is spread over ``n`` iterations (bytes per iteration rounded to whole
+    8-byte doubles); each run is ``repeat`` loops over the same data, the first discarded.
+    """
+    require()
+    model = load_machine(machine)
+    if model.hierarchy is None:
+        raise SimschedError(f"machine file {machine} describes no memory hierarchy: measure it again with "
+                            "simsched native calibrate")
+    threads = threads if threads is not None else model.cores
+    check_threads(threads)
+    model.check_threads(threads)
+    if isinstance(n, bool) or not isinstance(n, int) or n < threads:
+        raise SimschedError(f"the locality validation needs n >= threads ({threads}) iterations, got {n!r}")
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 2:
+        raise SimschedError(f"the locality validation needs --repeat >= 2 (the first loop is discarded), got {repeat!r}")
+    rows = []
+    for label, total in working_sets(model.hierarchy, threads):
+        per = max(8, round(total / n / 8) * 8)
+        workload = f"arrays:n={n},bytes={per},balance=balanced"
+        for name in locality_schedulers(n, threads):
+            measured = run(name, workload, threads, repeat=repeat)
+            simulated = simulate(model, name, workload, threads, repeat=repeat)
+            native_ns, sim_ns = _median_loop_ns(measured.loop_ns), _median_loop_ns(simulated.loop_ns)
+            rows.append({"scheduler": name, "working_set": label, "total_bytes": per * n, "bytes": per,
+                         "threads": threads, "n": n, "native_us": native_ns / 1e3, "sim_us": sim_ns / 1e3,
+                         "error": (sim_ns - native_ns) / native_ns,
+                         "native_affinity": _overall(measured), "sim_affinity": _overall(simulated)})
+    return pd.DataFrame(rows)
+
+
+def _overall(result):
+    affinity = getattr(result, "affinity", None)
+    return None if affinity is None else affinity["overall"]
+
+
+def locality_errors(table: pd.DataFrame) -> dict[str, float]:
+    """The median over working sets of |simulated - native| / native, per scheduler (in sweep order)."""
+    return {name: float(table.loc[table["scheduler"] == name, "error"].abs().median())
+            for name in dict.fromkeys(table["scheduler"])}
+
+
+def format_locality(table: pd.DataFrame) -> str:
+    def affinity(value):
+        return "-" if value is None or value != value else f"{value:.3f}"
+
+    lines = [f"{'scheduler':<24} {'working set':<16} {'total':>10} {'native us':>11} {'sim us':>11} {'error':>8} "
+             f"{'native aff':>10} {'sim aff':>8}"]
+    for row in table.itertuples(index=False):
+        lines.append(f"{row.scheduler:<24} {row.working_set:<16} {row.total_bytes / 2**20:8.2f} MiB "
+                     f"{row.native_us:11.1f} {row.sim_us:11.1f} {100 * row.error:+7.1f}% "
+                     f"{affinity(row.native_affinity):>10} {affinity(row.sim_affinity):>8}")
+    lines.append("median |error| over working sets: " + ", ".join(
+        f"{name} {100 * error:.1f}%" for name, error in locality_errors(table).items()))
+    return "\n".join(lines)

@@ -125,7 +125,8 @@ CASES: dict[str, Case] = {
     "unknown/workload": Case(run_args(workload="zipf:n=10"), ("unknown workload", "zipf")),
     "unknown/scheduler-parameter": Case(run_args(scheduler="omp-dynamic:foo=1"), ("unknown parameter", "foo")),
 
-    "value/dynamic-chunk-0": Case(run_args(scheduler="omp-dynamic:chunk=0"), ("chunk", "0", ">= 1")),
+    "value/tss-chunk-0": Case(run_args(scheduler="tss:chunk=0"), ("chunk", "0", ">= 1")),
+    "value/dynamic-chunk-negative": Case(run_args(scheduler="omp-dynamic:chunk=-2"), ("chunk", "-2", ">= 0")),
     "value/guided-chunk-negative": Case(run_args(scheduler="omp-guided:chunk=-1"), ("chunk", "-1")),
     "value/static-barrier-bogus": Case(run_args(scheduler="omp-static:barrier=bogus"), ("barrier", "bogus")),
     "value/dynamic-chunk-abc": Case(run_args(scheduler="omp-dynamic:chunk=abc"), ("chunk", "abc", "integer")),

@@ -24,6 +24,7 @@ DRAM_FALLBACK = 256 << 20  # ... or this much where sysfs lists no caches
 STREAM_BYTES = 256 << 20   # each bandwidth measurement updates at least this much
 CHASE_LOADS = 1_000_000    # timed dependent loads per latency measurement (DRAM: a third of it)
 TRIES = 3                  # each figure is the best of this many measurements: others share the CPUs
+JITTER_RUNS = 11           # repetitions of one stream whose spread of times is the memory-time jitter
 SEED = 0x5EED              # the probes' random cycles and addresses (any fixed value: they only need to be random)
 
 
@@ -122,6 +123,15 @@ def independent_ns(cpu: int, size: int, line: int) -> float:
     return min(_probe("independent", [cpu], size, line, CHASE_LOADS) for _ in range(TRIES))
 
 
+def jitter_cv(cpu: int, size: int, line: int) -> float:
+    """The relative standard deviation of the time of one stream over ``size`` bytes, repeated on one core."""
+    import statistics
+
+    passes = max(2, -(-STREAM_BYTES // size))
+    times = [1.0 / _probe("stream", [cpu], size, line, passes)[1] for _ in range(JITTER_RUNS)]
+    return statistics.stdev(times) / statistics.mean(times)
+
+
 def measure_hierarchy(cpus: list[int], progress=print) -> dict:
     """Latency and bandwidth of every cache level and of DRAM, measured on ``cpus`` (the first one alone)."""
     levels = caches(cpus[0])
@@ -139,13 +149,14 @@ def measure_hierarchy(cpus: list[int], progress=print) -> dict:
     dram_latency = chase_ns(first, dram_bytes, line, CHASE_LOADS // 3)
     independent = independent_ns(first, dram_bytes, line)
     bandwidth = stream_gbs([first], dram_bytes, line)
+    jitter = jitter_cv(first, dram_bytes, line)
     # All threads together: the same total working set split over 1..P of them; the best aggregate.
     progress(f"DRAM: stream kernel with 1..{len(cpus)} threads at once")
     shared = [bandwidth] + [stream_gbs(cpus[:k], max(dram_bytes // k, 4 * line), line)
                             for k in range(2, len(cpus) + 1)]
     return {"line_bytes": line, "levels": measured, "dram_bytes": dram_bytes, "dram_latency_ns": dram_latency,
             "independent_ns": independent, "outstanding_misses": max(1, round(dram_latency / independent)),
-            "dram_bandwidth_gbs": bandwidth, "shared_gbs": shared, "memory_bytes": memory_total(),
+            "dram_bandwidth_gbs": bandwidth, "shared_gbs": shared, "jitter_cv": jitter, "memory_bytes": memory_total(),
             "cpu": first}
 
 
@@ -199,5 +210,7 @@ def hierarchy_text(m: dict) -> str:
                    f"over {size}, as for the caches"),
             _entry("shared_bandwidth_gbs", f"{shared[best]:.1f}", f"the best aggregate of 1..{len(shared)} threads "
                    f"running the stream kernel over {size} split between them, all at once ({best + 1} thread(s)); GB/s by thread count: "
-                   f"[{', '.join(f'{x:.1f}' for x in shared)}]"), ""]
+                   f"[{', '.join(f'{x:.1f}' for x in shared)}]"),
+            _entry("jitter_cv", f"{min(m['jitter_cv'], 0.5):.3f}", f"standard deviation / mean of the time of "
+                   f"{JITTER_RUNS} identical streams over {size} on one core (capped at 0.5)"), ""]
     return "\n".join(out)

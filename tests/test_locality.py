@@ -18,14 +18,21 @@ innermost level the block fits in (none for stream).
 
 from __future__ import annotations
 
-import math
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from simsched import Machine, SimschedError, simulate, simulate_program
 from simsched.locality import DataState, Footprint
 from simsched.loop import Loop
+from simsched.workloads import Workload
 
 LINE = 64
 
@@ -345,3 +352,215 @@ def test_sequential_baseline_is_compute_plus_the_serial_memory_time():
     # since, so l1 (1 KiB) holds none and l2 (4 KiB) all: 8 lines x 4 ns + 56 re-touches at l1, per block.
     expected = 16 * 50 + 8 * 856 + 8 * (8 * 4 + 56)
     assert [r.sequential_ns for r in runs] == pytest.approx([expected] * 3)
+
+
+def test_aggregate_cache_of_a_parallel_run_gives_superlinear_speedup():
+    # 32 arrays of 200 KiB (6.4 MiB): run sequentially, they share one core's 256 KiB l2 and live in one
+    # socket's l3 (18.8 ns); with 32 workers each array sits in its own core's l1/l2 (1.9/5.5 ns) from the
+    # second loop on. This is why (compute + sequential memory time) / P is no lower bound of a makespan.
+    r = simulate("xeon-e5-4620", "omp-static", "arrays:n=32,bytes=204800,pattern=random", threads=32, repeat=10)
+    assert r.speedup > 32
+    assert r.counters["l3_hits"] == 0 and r.counters["l2_hits"] > 0
+
+
+# -- properties over random programs on xeon-e5-4620 ----------------------------------------------------------
+
+SCHEDULERS = ["omp-static", "omp-dynamic", "omp-guided", "cilk", "hybrid", "fg-tree", "ich", "stealing", "binlpt",
+              "tss"]
+SIZES = [0, 8, 64, 100, 512, 4096, 40_000, 300_000, 2_000_000]  # from less than a line to more than l2
+SERVED = ("l1_hits", "l2_hits", "l3_hits", "remote_l3_hits", "local_dram", "remote_dram")
+
+
+class Given(Workload):
+    """One loop with the costs and footprint given (for property tests: any bytes vector, any data set)."""
+
+    name = "given"
+
+    def __init__(self, costs, data):
+        self.given, self.params = {}, {}
+        self.costs_ns, self.data = np.asarray(costs, dtype=float), data
+
+    @property
+    def spec(self):
+        return f"given:n={self.costs_ns.size}"
+
+    def loops(self, rng):
+        return [Loop(self.costs_ns, data=self.data)]
+
+
+@st.composite
+def programs(draw):
+    """A program of 1-3 loops over 1-2 data sets (each of its own n and placement), or no data for some loops."""
+    sets = draw(st.lists(st.tuples(st.integers(1, 48), st.sampled_from(["first-touch", "interleave"])),
+                         min_size=1, max_size=2))
+    loops = []
+    for _ in range(draw(st.integers(1, 3))):
+        which = draw(st.integers(-1, len(sets) - 1))  # -1: a loop without data
+        n = sets[which][0] if which >= 0 else draw(st.integers(1, 48))
+        costs = draw(st.lists(st.sampled_from([0.0, 50.0, 1000.0, 20_000.0]), min_size=n, max_size=n))
+        data = None
+        if which >= 0:
+            nbytes = draw(st.lists(st.sampled_from(SIZES), min_size=n, max_size=n))
+            data = Footprint(np.array(nbytes), draw(st.sampled_from(["stride", "stream", "random"])),
+                             sets[which][1], f"set{which}")
+        loops.append(Given(costs, data))
+    if all(w.data is None for w in loops):  # the model needs one loop with data at least
+        w = loops[0]
+        w.data = Footprint(np.full(w.costs_ns.size, 4096), "stride")
+    return loops
+
+
+def lines(program, repeat):
+    """Cache lines the program touches: ceil(bytes / 64) per iteration, over every loop run."""
+    return repeat * sum(int(np.ceil(w.data.bytes / 64).sum()) for w in program if w.data is not None)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(program=programs(), scheduler=st.sampled_from(SCHEDULERS), threads=st.integers(1, 8),
+       repeat=st.integers(2, 4), seed=st.integers(0, 2**16))
+def test_random_programs_keep_the_invariants(program, scheduler, threads, repeat, seed):
+    run = simulate_program("xeon-e5-4620", scheduler, program, threads, seed=seed, repeat=repeat)
+    sizes = [w.costs_ns.size for w in program] * repeat
+    # Every iteration exactly once (the run checks it and would raise; here again from the table).
+    table = run.chunks
+    for loop, n in enumerate(sizes):
+        mine = table[table["loop"] == loop].sort_values("lo")
+        assert int((mine["hi"] - mine["lo"]).sum()) == n
+        assert mine["lo"].tolist() == [0] + mine["hi"].tolist()[:-1] and mine["hi"].iloc[-1] == n
+    # The same seed gives the same run, jitter included.
+    again = simulate_program("xeon-e5-4620", scheduler, program, threads, seed=seed, repeat=repeat)
+    assert (again.makespan_ns, again.counters, again.affinity) == (run.makespan_ns, run.counters, run.affinity)
+    # Each worker's state times add up to the makespan.
+    for w in range(threads):
+        assert sum(times[w] for times in run.state_ns.values()) == pytest.approx(run.makespan_ns, rel=1e-9)
+    # Affinity is a share; the static schedule of equal loops repeats itself exactly.
+    values = [run.affinity["overall"], *run.affinity["per_loop"][1:]]
+    assert all(0.0 <= v <= 1.0 for v in values)
+    if scheduler == "omp-static" and len(set(sizes)) == 1:
+        assert values == [1.0] * len(values)
+    # (compute + the sequential memory time) / P bounds nothing: P cores have P private caches and more l3
+    # between them than the one core of the sequential run (see the superlinear test above), and the memory
+    # time of a chunk depends on where its data was left. The compute alone still has to be done by P workers,
+    # none faster than the single-core clock.
+    compute = sum(float(w.costs_ns.sum()) for w in program) * repeat
+    assert run.makespan_ns >= compute / threads * (1 - 1e-12)
+    # Every line touched is served from exactly one place (each counter is rounded to whole lines).
+    total = sum(run.counters[name] for name in SERVED)
+    assert abs(total - lines(program, repeat)) <= len(SERVED) / 2
+
+
+def test_events_per_chunk_do_not_grow_with_the_iterations():
+    # The same 100 chunks per loop, over 1,000 or 100,000 iterations with data: a chunk's memory time is worked
+    # out in one go, so the events stay the same.
+    small, large = (simulate("xeon-e5-4620", f"omp-dynamic:chunk={c}", f"arrays:n={n},bytes=64", threads=8,
+                             repeat=2) for n, c in ((1000, 10), (100_000, 1000)))
+    assert small.chunk_count == large.chunk_count == 200
+    assert large.events == small.events
+
+
+# -- bad input through the command line --------------------------------------------------------------------
+
+NO_HIERARCHY = """\
+name = "flat"
+[topology]
+sockets = 1
+cores_per_socket = 4
+[clock]
+base_ghz = 2.0
+[latency_ns]
+same_socket = 50
+[costs_ns]
+atomic = 10
+store = 1
+loop_setup = 50
+chunk = 10
+combine = 5
+"""
+
+
+def cli_run(workload, machine="xeon-e5-4620", scheduler="omp-static", *extra):
+    return ["run", "--machine", machine, "--scheduler", scheduler, "--threads", "4", "--workload", workload, *extra]
+
+
+# name -> (command line, files in its folder, words the one error line must hold); {dir} is the case's folder.
+CLI_CASES = {
+    "negative-bytes": (cli_run("uniform:n=10,bytes=-1"), {}, ("bytes", "-1", ">= 0")),
+    "arrays-bytes-below-an-element": (cli_run("arrays:n=10,bytes=-8"), {}, ("bytes", "-8", ">= 8")),
+    "unknown-pattern": (cli_run("uniform:n=10,bytes=64,pattern=zigzag"), {}, ("pattern", "zigzag", "stride")),
+    "unknown-placement": (cli_run("uniform:n=10,bytes=64,placement=everywhere"), {},
+                          ("placement", "everywhere", "first-touch")),
+    "data-beyond-memory": (cli_run("arrays:n=100000,bytes=100000000"), {}, ("does not fit", "512 GiB", "xeon-e5-4620")),
+    "shipped-machine-without-hierarchy": (cli_run("arrays:n=10", "xeon-e7-4860v2"), {},
+                                          ("xeon-e7-4860v2", "memory hierarchy", "bytes=")),
+    "machine-file-without-hierarchy": (cli_run("uniform:n=10,bytes=64", "{dir}/flat.toml"),
+                                       {"flat.toml": NO_HIERARCHY}, ("flat", "memory hierarchy")),
+    "scheduler-without-locality": (cli_run("arrays:n=10", "xeon-e5-4620", "lbs"), {}, ("lbs", "locality")),
+    "nested-takes-no-bytes": (cli_run("nested:n=4,bytes=64"), {}, ("nested", "bytes")),
+    "bytes-column-and-parameter": (cli_run("file:path={dir}/costs.csv,bytes=64"),
+                                   {"costs.csv": "cost_ns,bytes\n100,512\n"}, ("bytes column", "not both")),
+    "bytes-column-negative": (cli_run("file:path={dir}/costs.csv"), {"costs.csv": "cost_ns,bytes\n100,-512\n"},
+                              ("bytes column", ">= 0")),
+    "bytes-column-fraction": (cli_run("file:path={dir}/costs.csv"), {"costs.csv": "cost_ns,bytes\n100,1.5\n"},
+                              ("bytes column", "whole numbers")),
+}
+# A CSV with a bytes column that runs: 512 B (8 lines) and 4 KiB (64 lines) and nothing; the loop twice, so
+# 144 lines in all: cold from local DRAM in the first loop, from l1 (32 KiB) in the second (static schedule).
+GOOD_FILE = (cli_run("file:path={dir}/costs.csv", "xeon-e5-4620", "omp-static", "--repeat", "2", "--json"),
+             {"costs.csv": "cost_ns,bytes\n100,512\n200,4096\n300,0\n"})
+
+
+def run_in(folder, args, files):
+    folder.mkdir(parents=True)
+    for name, text in files.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    args = [a.replace("{dir}", str(folder)) for a in args]
+    return subprocess.run([sys.executable, "-m", "simsched.cli", *args], capture_output=True, text=True,
+                          cwd=folder, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def cli_outcomes(tmp_path_factory):
+    """Every command line of this file run once, concurrently (each starts an interpreter)."""
+    base = tmp_path_factory.mktemp("locality-cli")
+    cases = {name: (args, files) for name, (args, files, _) in CLI_CASES.items()}
+    cases["good-file"] = GOOD_FILE
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        futures = {name: pool.submit(run_in, base / name, *case) for name, case in cases.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+@pytest.mark.parametrize("name", sorted(CLI_CASES))
+def test_bad_data_input_is_one_line_and_exit_2(cli_outcomes, name):
+    proc = cli_outcomes[name]
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("simsched: error:"), lines[0]
+    for needle in CLI_CASES[name][2]:
+        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
+    assert proc.stdout == ""
+
+
+def test_a_csv_bytes_column_gives_each_iteration_its_footprint(cli_outcomes):
+    proc = cli_outcomes["good-file"]
+    assert proc.returncode == 0, proc.stderr
+    counters = json.loads(proc.stdout)["counters"]
+    assert (counters["local_dram"], counters["l1_hits"]) == (72, 72)
+    assert counters["remote_dram"] == counters["l2_hits"] == counters["l3_hits"] == counters["remote_l3_hits"] == 0
+
+
+def test_loops_over_one_data_set_must_have_the_same_size():
+    with pytest.raises(SimschedError, match=r"loops over data 'grid' have 10 and 20 iterations"):
+        simulate_program(TOY, "omp-static", ["uniform:n=10,bytes=64,data=grid", "uniform:n=20,bytes=64,data=grid"],
+                         threads=2)
+    # Different names are different data: fine.
+    r = simulate_program(TOY, "omp-static", ["uniform:n=10,bytes=64,data=a", "uniform:n=20,bytes=64,data=b"],
+                         threads=2)
+    assert r.counters["local_dram"] == 30
+
+
+def test_loops_over_one_data_set_must_agree_on_its_placement():
+    with pytest.raises(SimschedError, match="different page placements"):
+        simulate_program(TOY, "omp-static", ["uniform:n=10,bytes=64", "uniform:n=10,bytes=64,placement=interleave"],
+                         threads=2)

@@ -29,7 +29,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simsched import Machine, SimschedError, simulate, simulate_program
+from simsched import Machine, SimschedError, load_machine, simulate, simulate_program
 from simsched.locality import DataState, Footprint
 from simsched.loop import Loop
 from simsched.workloads import Workload
@@ -311,6 +311,23 @@ def test_jittered_runs_are_reproducible_per_seed():
     assert runs[0].makespan_ns == runs[1].makespan_ns
     assert runs[0].chunks.equals(runs[1].chunks)
     assert runs[0].makespan_ns != runs[2].makespan_ns
+
+
+def test_the_xeon_numbers_of_the_cost_model_page():
+    # docs/cost-model.md works out a 4 KiB block (64 lines, 512 elements, 448 re-touches in l1) on xeon-e5-4620.
+    xeon = load_machine("xeon-e5-4620")
+    expected = {
+        # cold, local DRAM: 64 x max(112.1 / 10, 64 / 8) + 448 x max(1.9 / 10, 8 / 70) = 717.44 + 85.12;
+        # again on the same core: 64 x max(0.19, 64 / 70) + 85.12; then on socket 1's first core (1 hop):
+        # 64 x max(173.4 / 10, 64 / 22) + 85.12.
+        "stride": (802.56, 64 * 64 / 70 + 85.12, 1194.88),
+        "stream": (64 * 8.0, 64 * 64 / 70, 64 * 64 / 22),
+        "random": (64 * 112.1 + 448 * 1.9, 64 * 1.9 + 448 * 1.9, 64 * 173.4 + 448 * 1.9),
+    }
+    for pattern, (cold, again, remote) in expected.items():
+        fp = footprint(1, 4096, pattern)
+        ds = state(fp, machine=xeon)
+        assert [ds.chunk(w, fp, 0, 1, 0.0) for w in (0, 0, 8)] == pytest.approx([cold, again, remote]), pattern
 
 
 # -- whole runs: counters, the sequential baseline -------------------------------------------------------------

@@ -151,3 +151,15 @@ def test_affinity_in_the_json_of_the_cli():
 
     assert run("--repeat", "3")["affinity"] == {"per_loop": [None, 1.0, 1.0], "overall": 1.0}
     assert run()["affinity"] is None
+
+
+@pytest.mark.parametrize("scheduler", ["omp-static:chunk=3", "omp-dynamic", "omp-guided", "tss", "binlpt", "fg-tree",
+                                       "cilk", "hybrid", "ich", "stealing"])
+def test_affinity_worked_out_in_small_blocks_is_what_the_whole_table_gives(scheduler, monkeypatch):
+    # The chunk log hands its chunks to the tracker in blocks (of 65,536: a whole small run at once). In blocks of
+    # 3 the tracker settles each pair of loops two loops later and drops their chunks: this holds only if every
+    # chunk of loop i - 2 is logged before any of loop i + 1, whatever the scheduler.
+    monkeypatch.setattr("simsched.chunks.BLOCK", 3)
+    r = simulate("xeon-e5-4620", scheduler, "uniform:n=200", threads=8, seed=1, repeat=5)
+    assert r.affinity == from_chunks(r.chunks, [200] * 5)
+    assert r.affinity["per_loop"][1:] != [None] * 4

@@ -30,6 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simsched import Machine, SimschedError, load_machine, simulate, simulate_program
+from simsched.affinity import from_chunks
 from simsched.locality import DataState, Footprint
 from simsched.loop import Loop
 from simsched.workloads import Workload
@@ -456,6 +457,8 @@ def test_random_programs_keep_the_invariants(program, scheduler, threads, repeat
     assert all(0.0 <= v <= 1.0 for v in values)
     if scheduler == "omp-static" and len(set(sizes)) == 1:
         assert values == [1.0] * len(values)
+    # Worked out as the chunks came, a few loops at a time, it is what the whole table gives.
+    assert from_chunks(table, sizes) == run.affinity
     # (compute + the sequential memory time) / P bounds nothing: P cores have P private caches and more l3
     # between them than the one core of the sequential run (see the superlinear test above), and the memory
     # time of a chunk depends on where its data was left. The compute alone still has to be done by P workers,

@@ -25,9 +25,9 @@ time is worked out when the chunk starts, for all its iterations at once with Nu
 * **Jitter.** A chunk's memory time is scaled by 1 + ``jitter_cv`` x z (z standard normal
   from the run's generator, clipped at 3): real memory times vary a little, which is what
   reorders equal chunks between loops under self-scheduling.
-* **Shared bandwidth.** Chunks reading from one node's DRAM at the same time share its
-  ``shared_bandwidth_gbs``: a chunk gets min(per-core bandwidth, shared / readers), with the
-  readers counted when it starts.
+* **Shared bandwidth.** Chunks reading from one node's DRAM, or from one socket's shared
+  cache, at the same time share its ``shared_bandwidth_gbs``: a chunk gets min(per-core
+  bandwidth, shared / readers), with the readers counted when it starts.
 
 Running a chunk moves its blocks into the running core's caches (a write moves the line
 there, invalidating other copies) and gives untouched blocks their home: the running core's
@@ -134,7 +134,11 @@ class DataState:
         self.instance = [self.cores if lv.shared_by == "core" else self.socket_of_worker for lv in levels]
         self.through = [np.zeros(machine.cores if lv.shared_by == "core" else machine.sockets) for lv in levels]
         self.shared = next((i for i, lv in enumerate(levels) if lv.shared_by == "socket"), None)
-        self.readers = [Readers() for _ in range(self.sockets)]
+        # Who reads each shared resource now: every node's DRAM ("dram") and every socket's shared level (its index).
+        self.readers = {"dram": [Readers() for _ in range(self.sockets)]}
+        for i, level in enumerate(levels):
+            if level.shared_by == "socket" and level.shared_bandwidth_gbs:
+                self.readers[i] = [Readers() for _ in range(self.sockets)]
         self.counters = dict.fromkeys(counter_names(hierarchy), 0.0)
         self.blocks: dict[str, Blocks] = {}
         # The run's generator, for the jitter of memory times (none: exact times, as for a sequential baseline).
@@ -193,6 +197,7 @@ class DataState:
         hops = self.h.socket_hops[socket, holder_socket]
         time = np.zeros(hi - lo)
         inner = np.zeros(hi - lo)  # fraction of each block held by the levels already looked at
+        reading = []  # (resource, instances) this chunk reads from, held until it ends
         for i, level in enumerate(self.h.levels):
             mine = self.instance[i][worker]
             theirs = self.instance[i][holder]
@@ -206,20 +211,24 @@ class DataState:
             if not part.any():
                 continue
             if level.shared_by == "socket":
-                source, latency = level, np.where(local, level.latency_ns, self._far(level, hops))
+                latency = np.where(local, level.latency_ns, self._far(level, hops))
+                bandwidth = self._shared(i, level, start, holder_socket, part > 0, reading)
                 self._count(level, part, local)
             elif self.shared is not None:
                 # Another core's private copy comes through this socket's shared level, or the other socket's.
                 source = self.h.levels[self.shared]
                 latency = np.where(local, level.latency_ns, np.where(same_socket, source.latency_ns,
                                                                      self._far(source, hops)))
+                bandwidth = np.where(local, level.bandwidth_gbs,
+                                     self._shared(self.shared, source, start, holder_socket, (part > 0) & ~local,
+                                                  reading))
                 self.counters[f"{level.name}_hits"] += float(part[local].sum())
                 self._count(source, part * ~local, same_socket)
             else:  # no shared level: the owner writes the line back and it comes from memory
-                source, latency = level, np.where(local, level.latency_ns, self.h.dram.latency_ns)
+                latency = np.where(local, level.latency_ns, self.h.dram.latency_ns)
+                bandwidth = np.where(local, level.bandwidth_gbs, self.h.dram.bandwidth_gbs)
                 self.counters[f"{level.name}_hits"] += float(part[local].sum())
                 self.counters["local_dram"] += float(part[~local].sum())
-            bandwidth = np.where(local, level.bandwidth_gbs, source.bandwidth_gbs)
             time += part * self.access(latency, bandwidth, pattern, line)
         home = blocks.home[lo:hi]
         if (home < 0).any():  # first touch: a page lands on the node of the core that writes it first
@@ -229,8 +238,8 @@ class DataState:
         node_hops = self.h.socket_hops[socket, home]
         latency = np.where(node_hops == 0, dram.latency_ns,
                            self.remote(dram.remote_latency_ns, node_hops) if dram.remote_latency_ns else 0.0)
-        bandwidth = self._dram_bandwidths(start)[home]
         from_dram = (1.0 - inner) * lines
+        bandwidth = self._shared("dram", dram, start, home, from_dram > 0, reading)
         time += from_dram * self.access(latency, bandwidth, pattern, line)
         self.counters["local_dram"] += float(from_dram[node_hops == 0].sum())
         self.counters["remote_dram"] += float(from_dram[node_hops > 0].sum())
@@ -245,8 +254,9 @@ class DataState:
             mine = self.instance[i][worker]
             blocks.stamp[i, lo:hi] = self.through[i][mine] + before + size
             self.through[i][mine] += moved
-        for node in np.unique(home[from_dram > 0]):
-            self.readers[node].add(start + total)
+        for resource, instances in reading:
+            for instance in instances:
+                self.readers[resource][instance].add(start + total)
         return total
 
     def _far(self, level, hops: np.ndarray) -> np.ndarray:
@@ -272,13 +282,18 @@ class DataState:
             per = np.where(beyond, self.access(dram_latency, dram_bandwidth, pattern, ELEMENT_BYTES), per)
         return extra * per
 
-    def _dram_bandwidths(self, start: float) -> np.ndarray:
-        """Per node, the bandwidth one more reader gets from ``start``: its share of the node's controllers."""
-        dram = self.h.dram
-        if dram.shared_bandwidth_gbs is None:
-            return np.full(self.sockets, dram.bandwidth_gbs)
-        readers = np.array([r.count(start) + 1 for r in self.readers])
-        return np.minimum(dram.bandwidth_gbs, dram.shared_bandwidth_gbs / readers)
+    def _shared(self, resource, source, start: float, instances: np.ndarray, used: np.ndarray, reading: list):
+        """The per-core bandwidth from each of ``instances`` of a shared resource, one more reader being added.
+
+        ``resource`` names it in ``readers`` ("dram", or a shared level's index); the
+        instances actually ``used`` are noted in ``reading`` to hold a reader until the chunk ends.
+        """
+        if resource not in self.readers or not source.shared_bandwidth_gbs:
+            return np.full(instances.shape, source.bandwidth_gbs)
+        if used.any():
+            reading.append((resource, np.unique(instances[used]).tolist()))
+        readers = np.array([r.count(start) + 1 for r in self.readers[resource]])
+        return np.minimum(source.bandwidth_gbs, source.shared_bandwidth_gbs / readers)[instances]
 
     def tally(self, counters) -> None:
         """Add the served-by counts (whole cache lines) to a run's counters."""

@@ -274,6 +274,22 @@ def test_shared_bandwidth_above_the_per_core_bandwidth_does_not_speed_a_core_up(
     assert ds.chunk(1, fp, 1, 2, 0.0) == pytest.approx(10 * 64 / 6)
 
 
+def test_chunks_reading_one_sockets_l3_share_its_bandwidth():
+    # l3 at 16 GB/s per core, 16 GB/s shared by the socket. Blocks of 512 B (8 lines) run first on cores 0
+    # and 1 (socket 0) and are then pushed out of their private levels, so the next run finds them in the l3.
+    machine = toy_hierarchy().replace(**{"cache.l3.shared_bandwidth_gbs": 16})
+    fp, evict = footprint(4, 512, "stream"), footprint(40, 512, "stream", data="evict")
+    ds = state(fp, evict, machine=machine)
+    ds.chunk(0, fp, 0, 2, 0.0)
+    ds.chunk(0, evict, 0, 10, 1e6)   # 5 KiB through core 0's l1 and l2: blocks 0, 1 only in the l3 now
+    ds.counters = dict.fromkeys(ds.counters, 0.0)
+    # Stream from the l3: 64 B / 16 GB/s = 4 ns a line, 8 lines = 32 ns, when the chunk reads alone ...
+    assert ds.chunk(0, fp, 0, 1, 2e6) == pytest.approx(32.0)
+    assert served(ds) == {"l3_hits": 8}
+    # ... and 64 ns for core 1 starting while it still reads (16 / 2 = 8 GB/s), though private levels are its own.
+    assert ds.chunk(1, fp, 1, 2, 2e6) == pytest.approx(64.0)
+
+
 def test_cache_hits_do_not_count_as_dram_readers():
     # A chunk served from l1 reads nothing from DRAM, so it does not take a share of the node's bandwidth.
     fp = footprint(2, 512, "stream")
@@ -511,8 +527,6 @@ CLI_CASES = {
     "unknown-placement": (cli_run("uniform:n=10,bytes=64,placement=everywhere"), {},
                           ("placement", "everywhere", "first-touch")),
     "data-beyond-memory": (cli_run("arrays:n=100000,bytes=100000000"), {}, ("does not fit", "512 GiB", "xeon-e5-4620")),
-    "shipped-machine-without-hierarchy": (cli_run("arrays:n=10", "xeon-e7-4860v2"), {},
-                                          ("xeon-e7-4860v2", "memory hierarchy", "bytes=")),
     "machine-file-without-hierarchy": (cli_run("uniform:n=10,bytes=64", "{dir}/flat.toml"),
                                        {"flat.toml": NO_HIERARCHY}, ("flat", "memory hierarchy")),
     "scheduler-without-locality": (cli_run("arrays:n=10", "xeon-e5-4620", "lbs"), {}, ("lbs", "locality")),

@@ -447,7 +447,8 @@ def test_validate_locality_prints_its_table(tmp_path):
     proc = _native_cli(*args)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].split()[:2] == ["scheduler", "working"] and len(lines) == 1 + 3 * 4 + 1
+    assert lines[0].split()[:2] == ["scheduler", "working"] and len(lines) == 1 + 3 * 4 + 2
+    assert lines[-2].startswith("simulated with cost_ns=") and "the native loop body's own cost" in lines[-2]
     assert lines[-1].startswith("median |error| over working sets: omp-static")
     assert f"8x l{len(caches())}" in proc.stdout and "hybrid" in proc.stdout
     data = _json(_native_cli(*args, "--json"))
@@ -455,7 +456,7 @@ def test_validate_locality_prints_its_table(tmp_path):
     assert [row["scheduler"] for row in data["rows"][:3]] == ["omp-static", dynamic, "hybrid"]
     assert {row["total_bytes"] for row in data["rows"]} >= {8 * small * 1024}
     for row in data["rows"]:
-        assert row["native_us"] > 0 and row["sim_us"] > 0 and row["threads"] == THREADS
+        assert row["native_us"] > 0 and row["sim_us"] > 0 and row["threads"] == THREADS and row["body_ns"] >= 0
         assert row["native_affinity"] is not None and 0 <= row["native_affinity"] <= 1
         if row["scheduler"] == "omp-static":
             assert row["native_affinity"] == 1.0 == row["sim_affinity"]

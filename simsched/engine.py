@@ -133,7 +133,7 @@ class Simulation:
         work = self.work(worker, loop, lo, hi)
         data = self.loops[loop].data
         if data is not None:
-            work += self.locality.chunk(worker, data, lo, hi, start)
+            work += self.locality.chunk(worker, data, lo, hi, start, now=self.env.now)
         return work
 
     def record_chunk(self, worker: int, loop: int, lo: int, hi: int, start: float, since: float) -> float:

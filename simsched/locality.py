@@ -36,7 +36,6 @@ node under ``first-touch``, or block j on node j mod nodes under ``interleave``.
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 
 import numpy as np
@@ -89,25 +88,32 @@ def counter_names(hierarchy) -> tuple[str, ...]:
 
 
 class Readers:
-    """The chunks reading one shared resource (a node's DRAM) now: each held until its end time."""
+    """The chunks reading one shared resource (a node's DRAM, a socket's shared cache): each from its start to its end.
+
+    A worker may record chunks ahead of the simulation clock (a static block's chunks, back to
+    back), so readers are counted at a chunk's own start and forgotten only once the clock has
+    passed their end.
+    """
 
     def __init__(self):
-        self.ends: list[float] = []
+        self.spans: list[tuple[float, float]] = []
 
-    def count(self, now: float) -> int:
-        while self.ends and self.ends[0] <= now:
-            heapq.heappop(self.ends)
-        return len(self.ends)
+    def forget(self, now: float) -> None:
+        """Drop the readers that ended by ``now`` (no chunk starts before the clock)."""
+        if self.spans:
+            self.spans = [span for span in self.spans if span[1] > now]
 
-    def add(self, end: float) -> None:
-        heapq.heappush(self.ends, end)
+    def count(self, at: float) -> int:
+        return sum(1 for start, end in self.spans if start <= at < end)
+
+    def add(self, start: float, end: float) -> None:
+        self.spans.append((start, end))
 
 
 class Blocks:
     """One data set's blocks: the core that last held each, its stamp in each cache level, and its home node."""
 
     def __init__(self, n: int, levels: int, placement: str, nodes: int):
-        self.n = n
         self.holder = np.full(n, -1, dtype=np.int64)
         self.stamp = np.zeros((levels, n))
         self.home = np.full(n, -1, dtype=np.int64)
@@ -152,8 +158,6 @@ class DataState:
             fp = loop.data
             if fp is None:
                 continue
-            if fp.bytes.size != loop.n:
-                raise SimschedError(f"data {fp.data!r}: {fp.bytes.size} footprints for a loop of {loop.n} iterations")
             if fp.data in sizes and sizes[fp.data][0] != loop.n:
                 raise SimschedError(f"loops over data {fp.data!r} have {sizes[fp.data][0]} and {loop.n} iterations; "
                                     "give loops over different data different names (data=NAME)")
@@ -181,8 +185,14 @@ class DataState:
         """The remote latency for each hop count (0 hops: the caller's local value applies)."""
         return np.asarray(latencies)[np.maximum(hops, 1) - 1]
 
-    def chunk(self, worker: int, fp: Footprint, lo: int, hi: int, start: float) -> float:
-        """The memory time of iterations [lo, hi) run by ``worker`` from ``start``; moves their data there."""
+    def chunk(self, worker: int, fp: Footprint, lo: int, hi: int, start: float, now: float | None = None) -> float:
+        """The memory time of iterations [lo, hi) run by ``worker`` from ``start``; moves their data there.
+
+        ``now`` is the simulation clock (default: ``start``), before which no chunk starts.
+        """
+        for resource in self.readers.values():
+            for readers in resource:
+                readers.forget(start if now is None else now)
         blocks = self.blocks[fp.data]
         pattern, line = fp.pattern, self.line
         size = fp.bytes[lo:hi].astype(float)
@@ -256,7 +266,7 @@ class DataState:
             self.through[i][mine] += moved
         for resource, instances in reading:
             for instance in instances:
-                self.readers[resource][instance].add(start + total)
+                self.readers[resource][instance].add(start, start + total)
         return total
 
     def _far(self, level, hops: np.ndarray) -> np.ndarray:

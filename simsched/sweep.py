@@ -158,15 +158,20 @@ def _rank_section(rank: dict[str, Any] | None, source: str, points: list[dict[st
     return {"baseline_threads": 1, **rank}
 
 
+def _check_string_keys(section: dict[str, Any], name: str, keys: set[str], source: str) -> None:
+    """Refuse a key of section [name] outside ``keys``, or a value that is not a string."""
+    for key, value in section.items():
+        if key not in keys:
+            raise SimschedError(f"{source}: unknown key {name}.{key}")
+        if not isinstance(value, str):
+            raise SimschedError(f"{source}: {name}.{key} must be a string")
+
+
 def _breakdown_section(section: dict[str, Any] | None, source: str) -> dict[str, Any] | None:
     """Validate the optional [breakdown] section: normalized time by category, against one worker of ``baseline``."""
     if section is None:
         return None
-    for key, value in section.items():
-        if key not in _BREAKDOWN_KEYS:
-            raise SimschedError(f"{source}: unknown key breakdown.{key}")
-        if not isinstance(value, str):
-            raise SimschedError(f"{source}: breakdown.{key} must be a string")
+    _check_string_keys(section, "breakdown", _BREAKDOWN_KEYS, source)
     if "baseline" in section:  # run on one worker by the breakdown itself, so it need not be in the grid
         from .schedulers import get_scheduler
 
@@ -182,11 +187,7 @@ def _affinity_section(section: dict[str, Any] | None, source: str,
     """Validate the optional [affinity] section: scalability, work efficiency and affinity per scheduler (E3)."""
     if section is None:
         return None
-    for key, value in section.items():
-        if key not in _AFFINITY_KEYS:
-            raise SimschedError(f"{source}: unknown key affinity.{key}")
-        if not isinstance(value, str):
-            raise SimschedError(f"{source}: affinity.{key} must be a string")
+    _check_string_keys(section, "affinity", _AFFINITY_KEYS, source)
     if 1 not in {p["threads"] for p in points}:
         raise SimschedError(f"{source}: [affinity]: scalability T1/TP needs 1 in grid.threads")
     return dict(section)

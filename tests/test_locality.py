@@ -266,6 +266,19 @@ def test_chunks_reading_one_node_share_its_bandwidth():
     assert ds.chunk(1, fp, 4, 5, 200.0) == pytest.approx(64.0)
 
 
+def test_readers_count_at_each_chunks_own_start_when_chunks_are_recorded_ahead_of_the_clock():
+    # A worker records a chunk starting at t = 1000 while the clock is at 0 (a static block's later chunk):
+    # 8 lines at 8 GB/s, reading node 0 over [1000, 1064).
+    fp = footprint(4, 512, "stream")
+    ds = state(fp, machine=toy_hierarchy(shared_bandwidth_gbs=8))
+    assert ds.chunk(0, fp, 0, 1, 1000.0, now=0.0) == pytest.approx(64.0)
+    # A chunk starting at t = 0 does not share with it: the full 8 GB/s.
+    assert ds.chunk(1, fp, 1, 2, 0.0, now=0.0) == pytest.approx(64.0)
+    # One starting at t = 1010, asked for once the clock is at 500 (past the second chunk's end, not the
+    # first's start), shares with the first: 4 GB/s, 8 x 16 ns.
+    assert ds.chunk(1, fp, 2, 3, 1010.0, now=500.0) == pytest.approx(128.0)
+
+
 def test_shared_bandwidth_above_the_per_core_bandwidth_does_not_speed_a_core_up():
     # 12 GB/s per node: one reader gets min(8, 12) = 8 GB/s (8 ns a line), two get min(8, 6) = 6 GB/s each.
     fp = footprint(2, 600, "stream")  # 10 lines (the last one partly used still moves 64 bytes)

@@ -19,6 +19,7 @@ from .. import affinity
 from ..engine import STATES, verify_exactly_once
 from ..schedulers.base import default_grain
 from ..errors import ExecutionError, SimschedError
+from ..locality import ELEMENT_BYTES, Footprint
 from ..result import CHUNK_COLUMNS, SEGMENT_COLUMNS, Result
 
 try:
@@ -102,7 +103,6 @@ def native_config(scheduler, n: int = 0, threads: int = 1) -> tuple[str, str, bo
 
 
 MAX_ARRAYS_BYTES = 2**31
-ELEMENT_BYTES = 8  # the memory kernels touch doubles
 
 
 def _program(spec, seed: int):
@@ -122,7 +122,7 @@ def _program(spec, seed: int):
         raise SimschedError(f"native mode runs loops of at most {INT32} iterations")
     # The simulator charges these prefix sums; their differences are the costs it sees.
     costs = np.ascontiguousarray(np.diff(loop.prefix), dtype=np.float64)
-    return costs, getattr(loop, "data", None), rng
+    return costs, loop.data, rng
 
 
 def _footprint(spec, footprint, n: int, array_bytes):
@@ -131,13 +131,11 @@ def _footprint(spec, footprint, n: int, array_bytes):
         raise SimschedError(f"array bytes must be an integer >= 0, got {array_bytes!r}")
     if not array_bytes:
         return footprint
-    if footprint is not None or "bytes" in getattr(spec, "given", {}):
+    if footprint is not None or "bytes" in spec.given:
         raise SimschedError(f"--array-bytes gives every iteration an array; workload {spec.spec} already says "
                             "what its iterations touch (bytes=): give one or the other")
     if array_bytes < ELEMENT_BYTES:
         raise SimschedError("array bytes must be 0 (no memory kernel) or at least 8 (one double)")
-    from ..locality import Footprint
-
     return Footprint(bytes=np.full(n, int(array_bytes), dtype=np.int64))
 
 

@@ -26,7 +26,8 @@ def check_total(total: float, what: str) -> None:
 class Loop:
     """One parallel loop over iterations [0, n): its costs as prefix sums, so any chunk costs O(1)."""
 
-    def __init__(self, costs: Any, name: str = "", inner: "dict[int, Loop] | None" = None, data=None):
+    def __init__(self, costs: Any, name: str = "", inner: "dict[int, Loop] | None" = None, data=None,
+                 serial_ns: float = 0.0):
         costs = np.asarray(costs, dtype=float)
         if costs.ndim != 1 or costs.size == 0:
             raise SimschedError("a loop needs a non-empty 1-D array of iteration costs")
@@ -40,6 +41,11 @@ class Loop:
         self.total = float(self.prefix[-1])
         check_total(self.total, "the iteration costs")
         self.name = name
+        # The sequential code the master runs before the loop starts (the program's part outside loops).
+        serial_ns = float(serial_ns)
+        if not np.isfinite(serial_ns) or serial_ns < 0:
+            raise SimschedError(f"a loop's serial_ns must be finite and >= 0, got {serial_ns!r}")
+        self.serial_ns = serial_ns
         # The data its iterations touch (a locality.Footprint), or None: then a chunk costs its compute only.
         self.data = data
         if data is not None and data.bytes.size != self.n:
@@ -51,3 +57,5 @@ class Loop:
                 raise SimschedError(f"an inner loop is attached to iteration {i}, outside [0, {self.n})")
             if loop.inner:
                 raise SimschedError("inner loops nest one level deep")
+            if loop.serial_ns:
+                raise SimschedError("an inner loop has no serial code of its own: give it to the outer loop")

@@ -63,9 +63,12 @@ def build_graph(params: Mapping[str, Any], rng: np.random.Generator) -> sp.csr_m
     p = check_graph_params(params)
     graph = p["graph"]
     if graph == "uniform":
+        _check_size(p["n"] * p["degree"], "n x degree is")
         degrees = rng.integers(1, 2 * p["degree"], size=p["n"], endpoint=False)
         return _configuration(degrees, rng)
     if graph == "scale-free":
+        mean = p["min_degree"] * (p["gamma"] - 1) / (p["gamma"] - 2)
+        _check_size(round(p["n"] * mean), "the mean degree makes about")
         return _configuration(_power_law_degrees(p["n"], p["gamma"], p["min_degree"], rng), rng)
     if graph == "rmat":
         return _rmat(p["scale"], p["edge_factor"], rng)

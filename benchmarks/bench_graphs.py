@@ -44,7 +44,8 @@ def main() -> None:
     print(f"{args.scheduler} on {MACHINE}, {THREADS} threads: build and simulate {total_s:.1f} s wall "
           f"(target: under 60 s), {result.chunk_count} chunks, {result.events} events, "
           f"{result.events / result.chunk_count:.2f} events per chunk, "
-          f"{1e6 * (total_s - program_s) / result.chunk_count:.1f} us per chunk simulated, speedup {result.speedup:.2f}")
+          f"{1e6 * (total_s - program_s) / result.chunk_count:.1f} us per chunk simulated, "
+          f"speedup {result.speedup:.2f}")
 
 
 if __name__ == "__main__":

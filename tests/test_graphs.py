@@ -165,6 +165,8 @@ def test_rmat_degrees_are_skewed():
 def test_build_graph_refuses_what_the_generator_does_not_take():
     with pytest.raises(SimschedError, match="gamma does not apply: graph=uniform takes n, degree"):
         build_graph({"graph": "uniform", "gamma": 2.5}, np.random.default_rng())
+    with pytest.raises(SimschedError, match="unknown parameter 'gama'"):
+        build_graph({"graph": "scale-free", "gama": 2.5}, np.random.default_rng())
 
 
 # -- bad input through the command line ---------------------------------------------------------------------

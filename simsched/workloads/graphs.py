@@ -17,14 +17,15 @@ import scipy.sparse as sp
 
 from ..errors import SimschedError
 from ..spec import Param, resolve_params
+from . import _cost
 from .program import ProgramWorkload
 
 # CSR indices stay 32-bit integers, as native kernels read them.
 MAX_GRAPH_SIZE = 2**31 - 1
-GENERATORS = ("uniform", "scale-free", "rmat")
 # The parameters each generator takes; a file takes none.
 GENERATOR_KEYS = {"uniform": ("n", "degree"), "scale-free": ("n", "gamma", "min_degree"),
                   "rmat": ("scale", "edge_factor")}
+GENERATORS = tuple(GENERATOR_KEYS)
 # Graph500's Kronecker initiator: the probabilities of the quadrants a, b, c (d = 1 - a - b - c).
 RMAT_ABC = (0.57, 0.19, 0.19)
 
@@ -45,7 +46,7 @@ GRAPH_PARAMS = {
 
 
 def check_graph_params(given: Mapping[str, Any], owner: str = "graph") -> dict[str, Any]:
-    """The graph parameters among ``given``, checked and with defaults; refuse those the chosen graph does not take."""
+    """Graph parameters checked, with defaults; unknown ones and those the chosen graph does not take are refused."""
     graph = str(given.get("graph", GRAPH_PARAMS["graph"].default))
     if not graph:
         raise SimschedError(f"{owner}: parameter graph= is empty (give {', '.join(GENERATORS)} or a file path)")
@@ -55,7 +56,7 @@ def check_graph_params(given: Mapping[str, Any], owner: str = "graph") -> dict[s
     if stray:
         what = f"graph={graph} takes {', '.join(takes)}" if takes else f"a graph file (graph={graph}) takes none"
         raise SimschedError(f"{owner}: parameter {stray[0]} does not apply: {what}")
-    return resolve_params(owner, GRAPH_PARAMS, {k: v for k, v in given.items() if k in GRAPH_PARAMS})
+    return resolve_params(owner, GRAPH_PARAMS, dict(given))
 
 
 def build_graph(params: Mapping[str, Any], rng: np.random.Generator) -> sp.csr_matrix:
@@ -261,20 +262,21 @@ def label_propagation_rounds(graph: sp.csr_matrix) -> int:
     return int(bfs_levels(sym, least).max()) + 1
 
 
-def _cost_param(name: str, default: float, help: str) -> Param:
-    return Param(name, float, default, lambda v: v >= 0, ">= 0", help=help)
+def _graph_keys(params: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if k in GRAPH_PARAMS}
 
 
 class GraphWorkload(ProgramWorkload):
     """A program of loops over a graph's vertices."""
 
     def __init__(self, **params: Any):
-        check_graph_params(params, f"workload {self.name}")
+        # The graph's keys first, so that a key of another generator is named as such.
+        check_graph_params(_graph_keys(params), f"workload {self.name}")
         super().__init__(**params)
 
     def graph(self, rng: np.random.Generator) -> sp.csr_matrix:
         """The workload's graph, drawn from the run's generator."""
-        return build_graph({k: v for k, v in self.given.items() if k in GRAPH_PARAMS}, rng)
+        return build_graph(_graph_keys(self.given), rng)
 
 
 class BFS(GraphWorkload):
@@ -287,8 +289,8 @@ class BFS(GraphWorkload):
     summary = "BFS from source: one loop per level over its frontier, base_ns + edge_ns x out-degree each"
     PARAMS = {**GRAPH_PARAMS,
               "source": Param("source", int, 0, lambda v: v >= 0, ">= 0", help="the vertex the search starts from"),
-              "base_ns": _cost_param("base_ns", 50.0, "per frontier vertex"),
-              "edge_ns": _cost_param("edge_ns", 10.0, "per out-edge of a frontier vertex")}
+              "base_ns": _cost("base_ns", 50.0, "per frontier vertex"),
+              "edge_ns": _cost("edge_ns", 10.0, "per out-edge of a frontier vertex")}
 
     def loop_costs(self, rng):
         graph = self.graph(rng)
@@ -311,8 +313,8 @@ class PageRank(GraphWorkload):
     summary = "iters loops over all vertices, base_ns + edge_ns x in-degree each (pull PageRank)"
     PARAMS = {**GRAPH_PARAMS,
               "iters": Param("iters", int, 20, lambda v: v >= 1, ">= 1", help="PageRank iterations (loops)"),
-              "base_ns": _cost_param("base_ns", 10.0, "per vertex"),
-              "edge_ns": _cost_param("edge_ns", 10.0, "per in-edge")}
+              "base_ns": _cost("base_ns", 10.0, "per vertex"),
+              "edge_ns": _cost("edge_ns", 10.0, "per in-edge")}
 
     def loop_costs(self, rng):
         graph = self.graph(rng)
@@ -322,13 +324,13 @@ class PageRank(GraphWorkload):
 
 
 class ConnectedComponents(GraphWorkload):
-    """Min-label propagation until no label changes: each round a loop over all vertices, ``base_ns`` + ``edge_ns`` per edge."""
+    """Label propagation until labels settle: each round a loop over all vertices, base + ``edge_ns`` per edge."""
 
     name = "cc"
     summary = "label-propagation rounds until labels settle, each over all vertices, base_ns + edge_ns x degree"
     PARAMS = {**GRAPH_PARAMS,
-              "base_ns": _cost_param("base_ns", 10.0, "per vertex"),
-              "edge_ns": _cost_param("edge_ns", 10.0, "per edge (either direction)")}
+              "base_ns": _cost("base_ns", 10.0, "per vertex"),
+              "edge_ns": _cost("edge_ns", 10.0, "per edge (either direction)")}
 
     def loop_costs(self, rng):
         graph = undirected(self.graph(rng))

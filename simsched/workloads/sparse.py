@@ -14,6 +14,7 @@ import scipy.sparse as sp
 
 from ..errors import SimschedError
 from ..spec import Param
+from . import _cost
 from .program import ProgramWorkload
 
 MATRICES = Path(__file__).resolve().parent / "matrices"
@@ -79,7 +80,7 @@ def row_lengths(kind: str, rows: int, mean: int, rng: np.random.Generator) -> np
 
 
 def make_matrix(kind: str, rows: int, mean: int, rng: np.random.Generator) -> sp.csr_matrix:
-    """A square matrix with ``kind`` row lengths, normal values; ``banded`` is a circulant band of ``mean`` diagonals."""
+    """A square matrix with ``kind`` row lengths and normal values (``banded``: a circulant band of ``mean`` diagonals)."""
     lengths = row_lengths(kind, rows, mean, rng)
     if kind == "banded":
         offsets = np.arange(mean) - mean // 2
@@ -94,7 +95,7 @@ def make_matrix(kind: str, rows: int, mean: int, rng: np.random.Generator) -> sp
 
 
 def make_matrices(folder: "str | Path", seed: int = SHIPPED_SEED) -> dict[str, dict[str, float]]:
-    """Write the shipped matrices into ``folder`` (one seeded generator for all four); return their row statistics."""
+    """Write the shipped matrices into ``folder`` from one seeded generator; return their row statistics."""
     import scipy.io
 
     folder = Path(folder)
@@ -127,8 +128,8 @@ class SpMV(ProgramWorkload):
     PARAMS = {"matrix": Param("matrix", str, "lognormal",
                               help="a shipped matrix (" + ", ".join(KINDS) + ") or a Matrix Market file"),
               "iters": Param("iters", int, 10, lambda v: v >= 1, ">= 1", help="solver iterations (loops)"),
-              "row_ns": Param("row_ns", float, 5.0, lambda v: v >= 0, ">= 0", help="per row"),
-              "nnz_ns": Param("nnz_ns", float, 2.0, lambda v: v >= 0, ">= 0", help="per nonzero")}
+              "row_ns": _cost("row_ns", 5.0, "per row"),
+              "nnz_ns": _cost("nnz_ns", 2.0, "per nonzero")}
 
     def loop_costs(self, rng):
         lengths = np.diff(read_matrix(self.params["matrix"]).indptr)

@@ -60,6 +60,19 @@ def test_the_wheel_ships_the_openmp_reference(installed):
     assert (target / "simsched" / "native" / "omp_uforall.c").is_file()
 
 
+def test_the_wheel_ships_the_matrices(installed, tmp_path):
+    wheel, target = installed
+    for name in ("banded", "uniform", "lognormal", "powerlaw"):
+        assert f"simsched/workloads/matrices/{name}.mtx" in zipfile.ZipFile(wheel).namelist()
+    # Read by name from the install, outside any checkout.
+    proc = subprocess.run([sys.executable, "-m", "simsched.cli", "run", "--machine", "haswell-e5-2695v3",
+                           "--scheduler", "omp-static", "--threads", "2", "--workload",
+                           "spmv:matrix=banded,iters=1,row_ns=0,nnz_ns=1", "--json"], capture_output=True, text=True,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(target)}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["sequential_ns"] == 2048 * 9
+
+
 def test_validate_runs_the_openmp_reference_from_an_install(installed, tmp_path):
     _, target = installed
     if not list((target / "simsched" / "native").glob("_native*.so")) or not _openmp_compiler():

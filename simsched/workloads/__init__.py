@@ -346,9 +346,12 @@ class ArrayWorkload(Workload):
         return self._costs
 
 
+from .kmeans import KMeans  # noqa: E402  (they subclass Workload, defined above)
+from .lavamd import LavaMD  # noqa: E402
+
 REGISTRY: dict[str, type[Workload]] = {
     cls.name: cls for cls in (UForall, Uniform, Normal, Linear, ExpIncreasing, ExpDecreasing, FileCosts,
-                              Nested, BlockMatmul, Arrays)
+                              Nested, BlockMatmul, Arrays, LavaMD, KMeans)
 }
 
 

@@ -64,10 +64,10 @@ def test_each_loop_is_simulated_alone_in_a_fresh_run():
     assert advice.loops[1].times_ns["omp-dynamic:chunk=1"] == alone.makespan_ns
 
 
-def test_kmeans_loops_are_named_and_the_default_candidates_all_run():
+def test_kmeans_is_a_program_and_the_default_candidates_all_run():
     advice = advise(HASWELL, "kmeans:points=300,iters=2", 4)
     assert advice.schedulers == list(DEFAULT_SCHEDULERS)
-    assert [loop.name for loop in advice.loops] == ["step 0", "step 1"]
+    assert [loop.index for loop in advice.loops] == [0, 1]
     assert all(t is not None for loop in advice.loops for t in loop.times_ns.values())
     assert all(loop.best_ns == min(loop.times_ns.values()) for loop in advice.loops)
 

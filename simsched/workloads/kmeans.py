@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import SimschedError
-from ..loop import Loop
 from ..spec import Param
-from . import Workload
+from .program import ProgramWorkload
 
 
 def _two_nearest(points: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -63,7 +62,7 @@ def hamerly_distances(points: np.ndarray, centroids: np.ndarray, iters: int) -> 
     return work
 
 
-class KMeans(Workload):
+class KMeans(ProgramWorkload):
     """A k-means program: ``iters`` loops over the points, point i of loop t costing check_ns + distance_ns x its distances.
 
     The points are 2-D, drawn from ``blobs`` Gaussian blobs (centres uniform in the unit square,
@@ -103,18 +102,9 @@ class KMeans(Workload):
         blob = np.sort(rng.integers(0, p["blobs"], p["points"]))
         return centres[blob] + rng.normal(0.0, p["blob_std"], (p["points"], 2))
 
-    def step_costs(self, rng: np.random.Generator) -> np.ndarray:
-        """The (iters, points) costs in ns: one row per loop."""
+    def loop_costs(self, rng):
         p = self.params
         points = self.point_set(rng)
         centroids = points[rng.choice(p["points"], p["clusters"], replace=False)]
         work = hamerly_distances(points, centroids, p["iters"])
-        return p["check_ns"] + p["distance_ns"] * work
-
-    def generate(self, rng):
-        return self.step_costs(rng).ravel()
-
-    def loops(self, rng):
-        costs = self.costs(rng).reshape(self.params["iters"], self.params["points"])
-        footprint = self.footprint(self.params["points"])
-        return [Loop(row, name=f"step {t}", data=footprint) for t, row in enumerate(costs)]
+        return list(p["check_ns"] + p["distance_ns"] * work)

@@ -127,3 +127,54 @@ def test_e4_apps_experiment_loads_and_expands():
     assert len(experiment.points) == 17 * 2 * len(workloads)
     assert experiment.rank["baseline"] == "omp-guided:chunk=1" and experiment.rank["threads"] == 28
     assert experiment.rank["highlight"] == "ich"
+
+
+# Ranking per application, with each SpMV matrix's row spread
+
+SMALL_APPS = """\
+[experiment]
+name = "apps-small"
+
+[grid]
+machine = "haswell-e5-2695v3"
+scheduler = ["omp-guided:chunk=1", "omp-dynamic:chunk=2", "ich:eps=0.25", "ich:eps=0.5"]
+threads = [1, 4]
+workload = ["spmv:matrix=powerlaw,iters=1", "spmv:matrix=banded,iters=1", "lavamd:boxes=27"]
+
+[rank]
+baseline = "omp-guided:chunk=1"
+threads = 4
+highlight = "ich"
+"""
+
+
+def test_rank_per_application_with_matrix_row_variance(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from simsched.workloads.sparse import read_matrix, row_statistics
+
+    (tmp_path / "apps.toml").write_text(SMALL_APPS, encoding="utf-8")
+    out = tmp_path / "out"
+    cli = [sys.executable, "-m", "simsched.cli"]
+    sweep = subprocess.run([*cli, "sweep", tmp_path / "apps.toml", "--out", out, "--jobs", "1", "--quiet"],
+                           capture_output=True, text=True, timeout=300)
+    assert sweep.returncode == 0, sweep.stderr
+    ranked = subprocess.run([*cli, "rank", out, "--json"], capture_output=True, text=True, timeout=300)
+    assert ranked.returncode == 0, ranked.stderr
+    rows = json.loads(ranked.stdout)
+    assert {r["workload"] for r in rows} == {"spmv:matrix=powerlaw,iters=1", "spmv:matrix=banded,iters=1",
+                                             "lavamd:boxes=27"}
+    assert {r["threads"] for r in rows} == {4}
+    for row in rows:
+        if row["workload"].startswith("spmv"):
+            stats = row_statistics(read_matrix(row["workload"].split("=")[1].split(",")[0]))
+            assert row["row_variance"] == pytest.approx(stats["var"]) and row["row_cv"] == pytest.approx(stats["cv"])
+        else:
+            assert row["row_variance"] is None
+    assert sorted(r["rank"] for r in rows if r["workload"] == "lavamd:boxes=27") == [1, 2, 3]
+    text = subprocess.run([*cli, "rank", out], capture_output=True, text=True, timeout=300).stdout
+    banded = row_statistics(read_matrix("banded"))
+    assert f"spmv:matrix=banded,iters=1, 4 threads (nonzeros per row: variance {banded['var']:.1f}, CV 0.00)" in text
+    assert "lavamd:boxes=27, 4 threads\n" in text and "ich: rank" in text

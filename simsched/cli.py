@@ -1,4 +1,4 @@
-"""The ``simsched`` command line: run, machines, sweep, fit, rank, breakdown, plot and native."""
+"""The ``simsched`` command line: run, machines, sweep, fit, rank, breakdown, plot, advise and native."""
 
 from __future__ import annotations
 
@@ -79,6 +79,20 @@ def build_parser() -> argparse.ArgumentParser:
                                                                      "file(s) written by --trace")
     plot.add_argument("--out", help="image file (default: speedup.png beside the results; for --timeline, "
                                     "the first trace's name with .png)")
+    advise = sub.add_parser("advise", help="the best scheduler for each loop of a program, each loop simulated "
+                                           "alone, and the program's time with per-loop selection")
+    advise.add_argument("program", help="workload spec, or several separated by ';': their loops are the program")
+    advise.add_argument("--machine", required=True, help="built-in machine name or machine TOML file")
+    advise.add_argument("--threads", required=True, type=_integer, help="number of workers")
+    advise.add_argument("--schedulers", metavar="LIST",
+                        help="candidate scheduler specs, comma-separated (an item key=value continues the spec "
+                             "before it; default: omp-static, omp-dynamic:chunk=1, omp-guided:chunk=1, taskloop, "
+                             "binlpt, stealing, ich, hybrid)")
+    advise.add_argument("--baseline", default="omp-static", help="scheduler of the whole program to compare with "
+                                                                 "(default omp-static; always a candidate)")
+    advise.add_argument("--seed", type=_integer, default=0, help="seed of the run's random generator")
+    advise.add_argument("--json", action="store_true", help="print one JSON object")
+
     native = sub.add_parser("native", help="run schedulers on this machine's threads, or measure this machine")
     native_sub = native.add_subparsers(dest="native_command", metavar="NATIVE_COMMAND", parser_class=_Parser)
     native_run = native_sub.add_parser("run", help="run one loop on pinned threads of this machine")
@@ -471,6 +485,15 @@ def _native_replay(args) -> int:
     return 0
 
 
+def cmd_advise(args) -> int:
+    from .analysis.advice import advise, format_advice, split_schedulers
+
+    schedulers = split_schedulers(args.schedulers) if args.schedulers is not None else None
+    advice = advise(args.machine, args.program, args.threads, schedulers, args.baseline, args.seed)
+    print(json.dumps(advice.to_dict()) if args.json else format_advice(advice))
+    return 0
+
+
 def cmd_breakdown(args) -> int:
     from .analysis.breakdown import breakdown_table, format_breakdown
     from .sweep import read_table
@@ -540,7 +563,7 @@ def _plot_timeline(args) -> int:
 
 
 COMMANDS = {"run": cmd_run, "machines": cmd_machines, "sweep": cmd_sweep, "fit": cmd_fit, "rank": cmd_rank,
-            "breakdown": cmd_breakdown, "plot": cmd_plot, "native": cmd_native}
+            "breakdown": cmd_breakdown, "plot": cmd_plot, "advise": cmd_advise, "native": cmd_native}
 
 
 if __name__ == "__main__":

@@ -46,6 +46,13 @@ def run_args(**changes) -> list[str]:
     return ["run", *[x for key, value in args.items() for x in (f"--{key}", value)]]
 
 
+def advise_args(program: str = "uforall:n=40 ; linear:n=8", **changes) -> list[str]:
+    """``simsched advise`` on a good command line with some options changed."""
+    args = {"machine": "haswell-e5-2695v3", "threads": "2", "schedulers": "omp-static,omp-dynamic"}
+    args.update({k: str(v) for k, v in changes.items()})
+    return ["advise", program, *[x for key, value in args.items() for x in (f"--{key}", value)]]
+
+
 GOOD_EXPERIMENT = """\
 [experiment]
 name = "bad-input"
@@ -232,6 +239,26 @@ CASES: dict[str, Case] = {
     "value/chunks-without-a-table": Case(run_args(chunks="{dir}/c.csv") + ["--no-chunk-table"],
                                          ("--chunks", "--no-chunk-table")),
 
+    # simsched advise: bad candidates, programs and thread counts.
+    "ok/advise": Case(advise_args()),
+    "advise/unknown-scheduler": Case(advise_args(schedulers="omp-static,omp-bogus"),
+                                     ("unknown scheduler", "omp-bogus")),
+    "advise/unknown-scheduler-parameter": Case(advise_args(schedulers="omp-static,ich:chunk=2"),
+                                               ("unknown parameter", "chunk")),
+    "advise/unknown-baseline": Case(advise_args(baseline="omp-bogus"), ("unknown scheduler", "omp-bogus")),
+    "advise/scheduler-twice": Case(advise_args(schedulers="omp-static,ich,omp-static"),
+                                   ("omp-static", "listed twice")),
+    "advise/parameter-without-scheduler": Case(advise_args(schedulers="chunk=2,omp-static"),
+                                               ("'chunk=2'", "without a scheduler")),
+    "advise/unknown-workload": Case(advise_args(program="zipf:n=10"), ("unknown workload", "zipf")),
+    "advise/bad-workload-value": Case(advise_args(program="lavamd:boxes=500"), ("boxes=500", "not a cube")),
+    "advise/empty-program-item": Case(advise_args(program="uforall:n=8 ;"), ("empty workload spec",)),
+    "advise/threads-0": Case(advise_args(threads=0), ("threads must be >= 1", "0")),
+    "advise/threads-over-cores": Case(advise_args(threads=29), ("threads=29", "28 cores")),
+    "advise/negative-seed": Case(advise_args(seed=-1), ("seed", "-1")),
+    "advise/baseline-cannot-run": Case(advise_args(program="nested:n=2,inner_end=8"),
+                                       ("baseline omp-static cannot run loop 0", "nested loops")),
+
     # Inputs that once ended in a traceback.
     "bug/negative-seed": Case(run_args(seed=-1), ("seed",)),
     "bug/chunks-is-a-folder": Case(run_args(chunks="{dir}"), ("chunks",)),
@@ -345,6 +372,12 @@ def test_unwritable_output_is_one_line_and_leaves_nothing(outcomes, name):
 
 
 # -- inputs that once ended in a traceback ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ids("advise/"))
+def test_bad_advise_input_is_one_named_line_and_status_2(outcomes, name):
+    error_line(outcomes[name], *CASES[name].needles)
+    assert outcomes[name].proc.returncode == 2
+
 
 def test_negative_seed(outcomes):
     error_line(outcomes["bug/negative-seed"], *CASES["bug/negative-seed"].needles)

@@ -25,7 +25,8 @@ def rank_methods(results: pd.DataFrame, baseline: str, baseline_threads: int = 1
 
     Columns: workload, threads, method, best (the winning spec), speedup, rank (1 = fastest),
     sensitivity (worst / best time over the method's parameter settings), behind_best (the fraction
-    by which its speedup falls short of the fastest method's).
+    by which its speedup falls short of the fastest method's); with SpMV workloads also row_variance
+    and row_cv, the variance and coefficient of variation of their matrix's nonzeros per row.
     """
     needed = ["scheduler", "workload", "threads", "makespan_ns"]
     missing = [c for c in needed if c not in results.columns]
@@ -54,14 +55,39 @@ def rank_methods(results: pd.DataFrame, baseline: str, baseline_threads: int = 1
     by_point = table.groupby(["workload", "threads"])["speedup"]
     table["rank"] = by_point.rank(ascending=False, method="min").astype(int)
     table["behind_best"] = 1 - table["speedup"] / by_point.transform("max")
+    rows_of = matrix_rows(table["workload"].unique())
+    if rows_of:
+        # SpMV's imbalance is its matrix's: the spread of nonzeros per row goes beside its ranks.
+        table["row_variance"] = table["workload"].map(lambda w: rows_of[w]["var"] if w in rows_of else None)
+        table["row_cv"] = table["workload"].map(lambda w: rows_of[w]["cv"] if w in rows_of else None)
     return table.sort_values(["workload", "threads", "rank"]).reset_index(drop=True)
+
+
+def matrix_rows(workloads) -> dict[str, dict[str, float]]:
+    """The row statistics of the matrix of each SpMV workload among ``workloads`` (whose matrix can be read)."""
+    from ..workloads import get_workload
+    from ..workloads.sparse import read_matrix, row_statistics
+
+    found = {}
+    for spec in workloads:
+        try:
+            workload = get_workload(spec)
+            if workload.name == "spmv":
+                found[spec] = row_statistics(read_matrix(workload.params["matrix"]))
+        except SimschedError:  # a workload of another version, or a matrix file not here: no statistics
+            continue
+    return found
 
 
 def format_ranking(table: pd.DataFrame, highlight: str | None = None) -> str:
     """Text tables, one per (workload, threads); the highlighted method is marked."""
     blocks = []
     for (workload, p), group in table.groupby(["workload", "threads"], sort=False):
-        lines = [f"{workload}, {p} threads", f"  {'rank':>4}  {'method':<12} {'speedup':>8}  {'sensitivity':>11}  best"]
+        title = f"{workload}, {p} threads"
+        if "row_variance" in group.columns and pd.notna(group["row_variance"].iloc[0]):
+            title += (f" (nonzeros per row: variance {group['row_variance'].iloc[0]:.1f}, "
+                      f"CV {group['row_cv'].iloc[0]:.2f})")
+        lines = [title, f"  {'rank':>4}  {'method':<12} {'speedup':>8}  {'sensitivity':>11}  best"]
         for row in group.itertuples(index=False):
             mark = " <" if row.method == highlight else ""
             lines.append(f"  {row.rank:>4}  {row.method:<12} {row.speedup:>8.2f}  {row.sensitivity:>11.3f}  "

@@ -347,12 +347,14 @@ class ArrayWorkload(Workload):
 
 
 from .graphs import BFS, ConnectedComponents, PageRank  # noqa: E402 (they subclass Workload, above)
+from .kmeans import KMeans  # noqa: E402
+from .lavamd import LavaMD  # noqa: E402
 from .sparse import SpMV  # noqa: E402
 
 REGISTRY: dict[str, type[Workload]] = {
     cls.name: cls for cls in (UForall, Uniform, Normal, Linear, ExpIncreasing, ExpDecreasing, FileCosts,
                               Nested, BlockMatmul, Arrays,
-                              BFS, PageRank, ConnectedComponents, SpMV)
+                              BFS, PageRank, ConnectedComponents, SpMV, LavaMD, KMeans)
 }
 
 

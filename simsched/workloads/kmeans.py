@@ -1,0 +1,110 @@
+"""K-means with Hamerly's bounds: one loop over the points per outer iteration, the work of each point changing."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import SimschedError
+from ..spec import Param
+from .program import ProgramWorkload
+
+
+def _two_nearest(points: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each point's nearest centroid, its distance and the distance to the second nearest."""
+    dist = np.linalg.norm(points[:, None, :] - centroids[None, :, :], axis=2)
+    order = np.argsort(dist, axis=1)[:, :2]
+    rows = np.arange(points.shape[0])
+    return order[:, 0], dist[rows, order[:, 0]], dist[rows, order[:, 1]]
+
+
+def hamerly_distances(points: np.ndarray, centroids: np.ndarray, iters: int) -> np.ndarray:
+    """Distances each point computes in each of ``iters`` assignment steps of Lloyd's k-means with Hamerly's bounds.
+
+    Returns an (iters, n) integer array. Step 0 computes every distance (k per point). Each
+    later step first moves the centroids to the mean of their points (an empty cluster keeps
+    its centroid), loosens each point's upper bound u (to its centroid) by how far that
+    centroid moved and its lower bound l (to any other) by the farthest move of another
+    centroid; a point with u <= max(l, s), s half the distance from its centroid to the
+    nearest other, is pruned (0 distances). Otherwise it tightens u (1 distance) and, if the
+    test still fails, computes all k distances (1 + k in all).
+    """
+    n, k = points.shape[0], centroids.shape[0]
+    work = np.zeros((iters, n), dtype=np.int64)
+    if k == 1:  # one cluster: nothing to choose after the first step
+        work[0] = 1
+        return work
+    assign, upper, lower = _two_nearest(points, centroids)
+    work[0] = k
+    for step in range(1, iters):
+        moved = centroids.copy()
+        sums = np.zeros_like(centroids)
+        np.add.at(sums, assign, points)
+        sizes = np.bincount(assign, minlength=k)
+        filled = sizes > 0
+        moved[filled] = sums[filled] / sizes[filled, None]
+        shift = np.linalg.norm(moved - centroids, axis=1)
+        centroids = moved
+        # The farthest move of a centroid other than the point's own: the largest, or the second when it is its own.
+        top = np.argsort(shift)[::-1][:2]
+        other = np.where(assign == top[0], shift[top[1]], shift[top[0]])
+        upper = upper + shift[assign]
+        lower = lower - other
+        between = np.linalg.norm(centroids[:, None, :] - centroids[None, :, :], axis=2)
+        np.fill_diagonal(between, np.inf)
+        half = between.min(axis=1) / 2
+        bound = np.maximum(half[assign], lower)
+        check = np.flatnonzero(upper > bound)
+        upper[check] = np.linalg.norm(points[check] - centroids[assign[check]], axis=1)
+        full = check[upper[check] > bound[check]]
+        work[step, check] = 1
+        work[step, full] += k
+        assign[full], upper[full], lower[full] = _two_nearest(points[full], centroids)
+    return work
+
+
+class KMeans(ProgramWorkload):
+    """A k-means program: ``iters`` loops over the points, point i of loop t costing check_ns + distance_ns x its distances.
+
+    The points are 2-D, drawn from ``blobs`` Gaussian blobs (centres uniform in the unit square,
+    standard deviation ``blob_std``) and stored blob by blob, as a generator writes them, so
+    neighbouring iterations are neighbouring points. The ``clusters`` initial centroids are
+    distinct points picked at random (Forgy). Loop t is assignment step t of Lloyd's
+    algorithm with Hamerly's pruning (see ``hamerly_distances``): the first loop computes
+    every distance, later ones only for points near the moving cluster boundaries, so the
+    costly iterations change from loop to loop. The centroid update between loops (a
+    reduction, short next to the assignment) is not modeled.
+    """
+
+    name = "kmeans"
+    summary = "iters loops over 2-D points, each point's cost its Hamerly-pruned distance computations in that step"
+    PARAMS = {"points": Param("points", int, 10000, lambda v: v >= 1, ">= 1", help="points (iterations per loop)"),
+              "clusters": Param("clusters", int, 8, lambda v: v >= 1, ">= 1", help="clusters k"),
+              "iters": Param("iters", int, 10, lambda v: v >= 1, ">= 1",
+                             help="outer iterations: assignment loops over the points"),
+              "blobs": Param("blobs", int, 8, lambda v: v >= 1, ">= 1", help="Gaussian blobs the points come from"),
+              "blob_std": Param("blob_std", float, 0.1, lambda v: v > 0, "> 0",
+                                help="standard deviation of a blob (the square is 1 wide)"),
+              "distance_ns": Param("distance_ns", float, 20.0, lambda v: v >= 0, ">= 0",
+                                   help="cost of one point-centroid distance"),
+              "check_ns": Param("check_ns", float, 5.0, lambda v: v >= 0, ">= 0",
+                                help="cost of a point's bound update and test, paid by every point")}
+    DURATION_PARAMS = ("distance_ns", "check_ns")
+
+    def check(self):
+        p = self.params
+        if p["clusters"] > p["points"]:
+            raise SimschedError(f"workload kmeans: clusters={p['clusters']} must be <= points={p['points']}")
+
+    def point_set(self, rng: np.random.Generator) -> np.ndarray:
+        """The points, (points, 2), blob by blob."""
+        p = self.params
+        centres = rng.uniform(0.0, 1.0, (p["blobs"], 2))
+        blob = np.sort(rng.integers(0, p["blobs"], p["points"]))
+        return centres[blob] + rng.normal(0.0, p["blob_std"], (p["points"], 2))
+
+    def loop_costs(self, rng):
+        p = self.params
+        points = self.point_set(rng)
+        centroids = points[rng.choice(p["points"], p["clusters"], replace=False)]
+        work = hamerly_distances(points, centroids, p["iters"])
+        return list(p["check_ns"] + p["distance_ns"] * work)

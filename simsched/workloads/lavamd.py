@@ -1,0 +1,70 @@
+"""LavaMD-like molecular dynamics: one iteration per box of a 3-D grid, its work the particle pairs it computes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import SimschedError
+from ..spec import Param
+from . import Workload
+
+
+def cube_side(boxes: int) -> int | None:
+    """The side d of a d x d x d grid of ``boxes`` boxes, or None when ``boxes`` is not a cube."""
+    side = round(boxes ** (1 / 3))
+    return next((d for d in (side - 1, side, side + 1) if d >= 1 and d ** 3 == boxes), None)
+
+
+def neighbourhood_sums(counts: np.ndarray) -> np.ndarray:
+    """Per box of a 3-D grid, the particles in it and its up to 26 neighbours (fewer at the grid's faces)."""
+    padded = np.pad(counts, 1)
+    d0, d1, d2 = counts.shape
+    total = np.zeros(counts.shape, dtype=float)
+    for dx in range(3):
+        for dy in range(3):
+            for dz in range(3):
+                total += padded[dx:dx + d0, dy:dy + d1, dz:dz + d2]
+    return total
+
+
+class LavaMD(Workload):
+    """LavaMD's box loop: box b costs pair_ns x (its particles) x (particles in b and its neighbour boxes).
+
+    The grid is d x d x d boxes (``boxes`` = d^3), numbered (i d + j) d + k as LavaMD does.
+    Box b holds Poisson(particles x g_b) particles, g_b a density drawn from a gamma
+    distribution of mean 1 and coefficient of variation ``spread`` (0: plain Poisson), so
+    that some regions are denser than others. Like LavaMD, a box computes the forces between
+    each of its particles and every particle of its own box and of its up to 26 neighbours:
+    boxes at a face, an edge or a corner of the grid have 17, 11 or 7 neighbours and do less.
+    """
+
+    name = "lavamd"
+    summary = "one iteration per box of a d^3 grid: pair_ns x its particles x particles in it and its neighbours"
+    PARAMS = {"boxes": Param("boxes", int, 512, lambda v: v >= 1, ">= 1",
+                             help="boxes of the grid, a cube d^3 (512 = 8 x 8 x 8)"),
+              "particles": Param("particles", float, 100.0, lambda v: v > 0, "> 0",
+                                 help="mean particles per box"),
+              "spread": Param("spread", float, 0.5, lambda v: v >= 0, ">= 0",
+                              help="coefficient of variation of the boxes' particle density (0: Poisson counts)"),
+              "pair_ns": Param("pair_ns", float, 10.0, lambda v: v >= 0, ">= 0",
+                               help="cost of one particle-particle interaction")}
+    DURATION_PARAMS = ("pair_ns",)
+
+    def check(self):
+        boxes = self.params["boxes"]
+        if cube_side(boxes) is None:
+            side = max(round(boxes ** (1 / 3)), 1)
+            raise SimschedError(f"workload lavamd: boxes={boxes} is not a cube d^3 (e.g. {side ** 3} = "
+                                f"{side} x {side} x {side})")
+
+    def particle_counts(self, rng: np.random.Generator) -> np.ndarray:
+        """The particles of each box, as a d x d x d array."""
+        p = self.params
+        d = cube_side(p["boxes"])
+        spread = p["spread"]
+        density = rng.gamma(1 / spread ** 2, spread ** 2, (d, d, d)) if spread > 0 else np.ones((d, d, d))
+        return rng.poisson(p["particles"] * density).astype(float)
+
+    def generate(self, rng):
+        counts = self.particle_counts(rng)
+        return (counts * neighbourhood_sums(counts)).ravel() * self.params["pair_ns"]

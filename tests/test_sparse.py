@@ -131,3 +131,30 @@ def test_bad_matrices_are_refused(tmp_path, content, needle):
     path.write_text(content)
     with pytest.raises(SimschedError, match=re.escape(needle)):
         read_matrix(path)
+
+
+def test_drawn_row_lengths_follow_their_distribution_at_any_size():
+    from simsched.workloads import get_workload
+    rng = np.random.default_rng(5)
+    loops = get_workload("spmv:rows=200000,lengths=powerlaw,mean=9,iters=2,row_ns=0,nnz_ns=1").loops(rng)
+    assert len(loops) == 2 and loops[0].n == 200000
+    lengths = np.diff(loops[0].prefix)
+    # A power law of exponent 2.2 has a mean of 9 but a tail so heavy that samples fall short of it.
+    assert lengths.min() >= 1 and 7 < lengths.mean() <= 9 and lengths.std() / lengths.mean() > 2
+    banded = get_workload("spmv:rows=1000,lengths=banded,mean=4,iters=1,row_ns=1,nnz_ns=2").loops(rng)[0]
+    assert np.diff(banded.prefix).tolist() == [9.0] * 1000
+    again = get_workload("spmv:rows=200000,lengths=powerlaw,mean=9,iters=2,row_ns=0,nnz_ns=1").loops(
+        np.random.default_rng(5))[0]
+    assert np.array_equal(again.prefix, loops[0].prefix)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("spmv:rows=10,matrix=banded", "not both"),
+    ("spmv:lengths=uniform", "give rows= too"),
+    ("spmv:rows=10,lengths=zipf", "lengths"),
+])
+def test_drawn_rows_refuse_mixed_or_unknown_parameters(spec, message):
+    from simsched.errors import SimschedError
+    from simsched.workloads import get_workload
+    with pytest.raises(SimschedError, match=message):
+        get_workload(spec)

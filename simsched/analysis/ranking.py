@@ -72,7 +72,7 @@ def matrix_rows(workloads) -> dict[str, dict[str, float]]:
     for spec in workloads:
         try:
             workload = get_workload(spec)
-            if workload.name == "spmv":
+            if workload.name == "spmv" and "rows" not in workload.given:  # drawn rows have no matrix to read
                 found[spec] = row_statistics(read_matrix(workload.params["matrix"]))
         except SimschedError:  # a workload of another version, or a matrix file not here: no statistics
             continue

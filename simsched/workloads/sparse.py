@@ -121,17 +121,38 @@ def statistics_table(stats: dict[str, dict[str, float]]) -> str:
 
 
 class SpMV(ProgramWorkload):
-    """SpMV in an iterative solver: ``iters`` loops over the rows, ``row_ns`` plus ``nnz_ns`` per nonzero each."""
+    """SpMV in an iterative solver: ``iters`` loops over the rows, ``row_ns`` plus ``nnz_ns`` per nonzero each.
+
+    The rows are a matrix's (``matrix=``), or ``rows`` row lengths drawn from the ``lengths``
+    distribution the shipped matrices were made with (no file: any size).
+    """
 
     name = "spmv"
     summary = "iters loops over a matrix's rows, row_ns + nnz_ns x the row's nonzeros each"
     PARAMS = {"matrix": Param("matrix", str, "lognormal",
                               help="a shipped matrix (" + ", ".join(KINDS) + ") or a Matrix Market file"),
+              "rows": Param("rows", int, 0, lambda v: v >= 1, ">= 1",
+                            help="draw this many row lengths instead of reading a matrix"),
+              "lengths": Param("lengths", str, "lognormal", choices=KINDS,
+                               help="distribution of the drawn row lengths (with rows=)"),
+              "mean": Param("mean", int, SHIPPED_MEAN, lambda v: v >= 1, ">= 1",
+                            help="mean nonzeros per drawn row (with rows=)"),
               "iters": Param("iters", int, 10, lambda v: v >= 1, ">= 1", help="solver iterations (loops)"),
               "row_ns": _cost("row_ns", 5.0, "per row"),
               "nnz_ns": _cost("nnz_ns", 2.0, "per nonzero")}
 
+    def check(self):
+        drawn = [k for k in ("lengths", "mean") if k in self.given]
+        if "rows" in self.given and "matrix" in self.given:
+            raise SimschedError("workload spmv: give matrix= (read a matrix) or rows= (draw row lengths), not both")
+        if drawn and "rows" not in self.given:
+            raise SimschedError(f"workload spmv: {drawn[0]}= applies to drawn row lengths: give rows= too")
+
     def loop_costs(self, rng):
-        lengths = np.diff(read_matrix(self.params["matrix"]).indptr)
+        p = self.params
+        if "rows" in self.given:
+            lengths = row_lengths(p["lengths"], p["rows"], p["mean"], rng)
+        else:
+            lengths = np.diff(read_matrix(p["matrix"]).indptr)
         cost = self.params["row_ns"] + self.params["nnz_ns"] * lengths
         return [cost] * self.params["iters"]

@@ -318,6 +318,8 @@ def run_point(point: dict[str, Any]) -> dict[str, Any]:
         row.update(makespan_ns=result.makespan_ns, sequential_ns=result.sequential_ns,
                    speedup=result.speedup, chunks=result.chunk_count, events=result.events,
                    affinity=result.affinity["overall"] if result.affinity else None)
+        for cls, ns in result.loop_ns_by_class().items():
+            row[f"loop_{cls}_ns"] = ns  # loop time per class of named loops (the app workloads' fine, coarse, once)
         for state, ns in result.state_totals.items():
             row[f"state_{state}_ns"] = ns
         for name, count in result.counters.items():

@@ -346,9 +346,11 @@ class ArrayWorkload(Workload):
         return self._costs
 
 
+from .apps import App  # noqa: E402  (it builds on Workload)
+
 REGISTRY: dict[str, type[Workload]] = {
     cls.name: cls for cls in (UForall, Uniform, Normal, Linear, ExpIncreasing, ExpDecreasing, FileCosts,
-                              Nested, BlockMatmul, Arrays)
+                              Nested, BlockMatmul, Arrays, App)
 }
 
 

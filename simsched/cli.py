@@ -280,6 +280,15 @@ def cmd_sweep(args) -> int:
         print(format_affinity_table(table))
         if experiment.affinity.get("published"):
             print(f"published: {experiment.affinity['published']}")
+    if experiment.apps and failed < len(frame):
+        from .analysis.apps import apps_comparison, apps_table, format_apps_table
+
+        table = apps_table(frame)
+        table.to_csv(out / "apps.csv", index=False)
+        print()
+        print(format_apps_table(apps_comparison(table)))
+        if experiment.apps.get("published"):
+            print(f"published: {experiment.apps['published']}")
     if experiment.published_d_us and failed < len(frame):
         from .analysis import burden_table, format_burden_table
 
@@ -503,9 +512,15 @@ def cmd_plot(args) -> int:
     rank = experiment.rank if experiment else None
     breakdown = experiment.breakdown if experiment else None
     affinity = experiment.affinity if experiment else None
-    default = "breakdown.png" if breakdown else "affinity.png" if affinity else "speedup.png"
+    apps = experiment.apps if experiment else None
+    default = ("breakdown.png" if breakdown else "affinity.png" if affinity else "apps.png" if apps
+               else "speedup.png")
     out = image_path(check_output(Path(args.out) if args.out else folder / default, "--out"))
-    if affinity:
+    if apps:
+        from .analysis.apps import apps_comparison, apps_table, plot_apps
+
+        plot_apps(apps_comparison(apps_table(frame)), out)
+    elif affinity:
         from .analysis.locality import affinity_table, plot_affinity
 
         plot_affinity(affinity_table(frame), out)

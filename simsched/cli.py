@@ -73,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     plot = sub.add_parser("plot", help="plot speedup against loop duration (or, for a [rank] experiment, "
                                        "against threads per method; for a [breakdown] one, stacked time "
-                                       "bars; for an [affinity] one, scalability per working set and affinity) from sweep results")
+                                       "bars; for an [affinity] one, scalability per working set and affinity; for an [apps] one, "
+                                       "gains per application) from sweep results")
     plot.add_argument("results", nargs="?", help="results table (CSV/Parquet) or a sweep's output folder")
     plot.add_argument("--timeline", nargs="+", metavar="TRACE", help="instead, a Gantt chart of trace JSON "
                                                                      "file(s) written by --trace")

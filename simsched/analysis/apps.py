@@ -141,8 +141,11 @@ def format_apps_table(comparison: pd.DataFrame) -> str:
     for r in comparison.to_dict(orient="records"):
         speedups = (f"{r['pub_base_speedup']:.1f}/{r['pub_speedup']:.1f}"
                     if not pd.isna(r.get("pub_speedup", np.nan)) else "")
+        # A kernel's sequential time holds the rest of the kernel at its Cilk time: no speedup to show.
+        code = r["kind"] == "code"
         lines.append(
-            f"{r['app']:<11} {r['scheduler']:<9} {r['baseline']:<10} {r['speedup']:7.2f} {r['base_speedup']:6.2f} "
+            f"{r['app']:<11} {r['scheduler']:<9} {r['baseline']:<10} {_cell(r['speedup'] if code else None, '7.2f'):>7} "
+            f"{_cell(r['base_speedup'] if code else None, '6.2f'):>6} "
             f"{r['whole_s']:9.4f} {r['base_whole_s']:9.4f} {r['fine_s']:9.4f} {r['base_fine_s']:9.4f} "
             f"{r['whole_gain_pct']:+8.1f} {r['fine_gain_pct']:+7.1f} | {PUBLISHED_AS.get(r['scheduler'], ''):<9.9} "
             f"{_cell(r.get('pub_whole_s'), '7.3f'):>7} {_cell(r.get('pub_base_whole_s'), '7.3f'):>7} "

@@ -73,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     plot = sub.add_parser("plot", help="plot speedup against loop duration (or, for a [rank] experiment, "
                                        "against threads per method; for a [breakdown] one, stacked time "
-                                       "bars; for an [affinity] one, scalability per working set and affinity) from sweep results")
+                                       "bars; for an [affinity] one, scalability per working set and affinity; for an [apps] one, "
+                                       "gains per application) from sweep results")
     plot.add_argument("results", nargs="?", help="results table (CSV/Parquet) or a sweep's output folder")
     plot.add_argument("--timeline", nargs="+", metavar="TRACE", help="instead, a Gantt chart of trace JSON "
                                                                      "file(s) written by --trace")
@@ -294,6 +295,15 @@ def cmd_sweep(args) -> int:
         print(format_affinity_table(table))
         if experiment.affinity.get("published"):
             print(f"published: {experiment.affinity['published']}")
+    if experiment.apps and failed < len(frame):
+        from .analysis.apps import apps_comparison, apps_table, format_apps_table
+
+        table = apps_table(frame)
+        table.to_csv(out / "apps.csv", index=False)
+        print()
+        print(format_apps_table(apps_comparison(table)))
+        if experiment.apps.get("published"):
+            print(f"published: {experiment.apps['published']}")
     if experiment.published_d_us and failed < len(frame):
         from .analysis import burden_table, format_burden_table
 
@@ -526,9 +536,15 @@ def cmd_plot(args) -> int:
     rank = experiment.rank if experiment else None
     breakdown = experiment.breakdown if experiment else None
     affinity = experiment.affinity if experiment else None
-    default = "breakdown.png" if breakdown else "affinity.png" if affinity else "speedup.png"
+    apps = experiment.apps if experiment else None
+    default = ("breakdown.png" if breakdown else "affinity.png" if affinity else "apps.png" if apps
+               else "speedup.png")
     out = image_path(check_output(Path(args.out) if args.out else folder / default, "--out"))
-    if affinity:
+    if apps:
+        from .analysis.apps import apps_comparison, apps_table, plot_apps
+
+        plot_apps(apps_comparison(apps_table(frame)), out)
+    elif affinity:
         from .analysis.locality import affinity_table, plot_affinity
 
         plot_affinity(affinity_table(frame), out)

@@ -239,6 +239,7 @@ class Simulation:
             counters=dict(sorted(self.counters.items())),
             loop_ns=[float(x) for x in loop_ns],
             serial_ns=serial,
+            loop_names=[self.loops[index].name for index in self.program],
             events=next(env._eid),  # SimPy numbers every scheduled event
             segments=None if self.segments is None else segment_table(self.segments, makespan),
             affinity=self._chunks.affinity.result() if self._chunks.affinity is not None else None,

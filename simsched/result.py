@@ -33,6 +33,8 @@ class Result:
     loop_ns: list[float] = field(default_factory=list)
     # The program's sequential code outside its loops (each loop's serial_ns), run by the master.
     serial_ns: float = 0.0
+    # The program loops' names, beside ``loop_ns`` (a name ``CLASS/...`` puts the loop in a class).
+    loop_names: list[str] = field(default_factory=list)
     events: int = 0
     repeat: int = 1
     # Every worker's states over time (SEGMENT_COLUMNS), recorded only when a timeline was asked for;
@@ -59,6 +61,15 @@ class Result:
     def state_totals(self) -> dict[str, float]:
         """Total ns over all workers in each state."""
         return {state: float(times.sum()) for state, times in self.state_ns.items()}
+
+    def loop_ns_by_class(self) -> dict[str, float]:
+        """Total ``loop_ns`` of the program loops of each class (loops named ``CLASS/...``; unnamed ones left out)."""
+        totals: dict[str, float] = {}
+        for name, ns in zip(self.loop_names, self.loop_ns):
+            cls, slash, _ = name.partition("/")
+            if slash and cls:
+                totals[cls] = totals.get(cls, 0.0) + float(ns)
+        return totals
 
     def states(self):
         """Per-worker time in each state as a DataFrame (rows are workers)."""
@@ -94,6 +105,7 @@ class Result:
             "repeat": self.repeat,
             "loop_ns": [float(x) for x in self.loop_ns],
             "serial_ns": float(self.serial_ns),
+            "loop_class_ns": self.loop_ns_by_class(),
             "events": self.events,
             "affinity": self.affinity,
         }

@@ -25,12 +25,13 @@ from .errors import Interrupted, SimschedError
 from .spec import format_spec, parse_spec
 
 AXES = ("machine", "scheduler", "threads", "workload", "seed", "repeat")
-_SECTIONS = {"experiment", "grid", "fit", "rank", "breakdown", "affinity"}
+_SECTIONS = {"experiment", "grid", "fit", "rank", "breakdown", "affinity", "apps"}
 _EXPERIMENT_KEYS = {"name", "description"}
 _FIT_KEYS = {"published_d_us", "threads", "source"}
 _RANK_KEYS = {"baseline", "baseline_threads", "threads", "highlight", "published"}
 _BREAKDOWN_KEYS = {"baseline", "published", "source"}
 _AFFINITY_KEYS = {"published", "source"}
+_APPS_KEYS = {"published", "source"}
 
 
 @dataclass
@@ -46,6 +47,7 @@ class Experiment:
     rank: dict[str, Any] | None = None
     breakdown: dict[str, Any] | None = None
     affinity: dict[str, Any] | None = None
+    apps: dict[str, Any] | None = None
 
 
 def load_experiment(path: str | Path) -> Experiment:
@@ -94,7 +96,8 @@ def parse_experiment(data: dict[str, Any], source: str = "<config>", path: Path 
                       source=str(fit.get("source", "")), path=path,
                       rank=_rank_section(data.get("rank"), source, points),
                       breakdown=_breakdown_section(data.get("breakdown"), source),
-                      affinity=_affinity_section(data.get("affinity"), source, points))
+                      affinity=_affinity_section(data.get("affinity"), source, points),
+                      apps=_apps_section(data.get("apps"), source, points))
 
 
 def _check_fit_grid(points: list[dict[str, Any]], source: str) -> None:
@@ -190,6 +193,17 @@ def _affinity_section(section: dict[str, Any] | None, source: str,
     _check_string_keys(section, "affinity", _AFFINITY_KEYS, source)
     if 1 not in {p["threads"] for p in points}:
         raise SimschedError(f"{source}: [affinity]: scalability T1/TP needs 1 in grid.threads")
+    return dict(section)
+
+
+def _apps_section(section: dict[str, Any] | None, source: str,
+                  points: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Validate the optional [apps] section: the application study (E5) over app workloads."""
+    if section is None:
+        return None
+    _check_string_keys(section, "apps", _APPS_KEYS, source)
+    if not any(parse_spec(p["workload"], "workload")[0] == "app" for p in points):
+        raise SimschedError(f"{source}: [apps]: the grid runs no app workload (app:name=...)")
     return dict(section)
 
 
@@ -318,6 +332,8 @@ def run_point(point: dict[str, Any]) -> dict[str, Any]:
         row.update(makespan_ns=result.makespan_ns, sequential_ns=result.sequential_ns,
                    speedup=result.speedup, chunks=result.chunk_count, events=result.events,
                    affinity=result.affinity["overall"] if result.affinity else None)
+        for cls, ns in result.loop_ns_by_class().items():
+            row[f"loop_{cls}_ns"] = ns  # loop time per class of named loops (the app workloads' fine, coarse, once)
         for state, ns in result.state_totals.items():
             row[f"state_{state}_ns"] = ns
         for name, count in result.counters.items():

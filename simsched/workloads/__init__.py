@@ -346,7 +346,8 @@ class ArrayWorkload(Workload):
         return self._costs
 
 
-from .graphs import BFS, ConnectedComponents, PageRank  # noqa: E402 (they subclass Workload, above)
+from .apps import App  # noqa: E402  (they subclass Workload, above)
+from .graphs import BFS, ConnectedComponents, PageRank  # noqa: E402
 from .kmeans import KMeans  # noqa: E402
 from .lavamd import LavaMD  # noqa: E402
 from .sparse import SpMV  # noqa: E402
@@ -354,7 +355,7 @@ from .sparse import SpMV  # noqa: E402
 REGISTRY: dict[str, type[Workload]] = {
     cls.name: cls for cls in (UForall, Uniform, Normal, Linear, ExpIncreasing, ExpDecreasing, FileCosts,
                               Nested, BlockMatmul, Arrays,
-                              BFS, PageRank, ConnectedComponents, SpMV, LavaMD, KMeans)
+                              BFS, PageRank, ConnectedComponents, SpMV, LavaMD, KMeans, App)
 }
 
 

@@ -157,6 +157,8 @@ class TraceFile:
         table = pq.ParquetFile(self.path)
         schema = table.schema_arrow
         self._columns(schema.names)
+        if not table.metadata.num_rows:
+            raise self.fail("holds no iterations")
         for field in schema:
             kind = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
             text = pa.types.is_string(kind) or pa.types.is_large_string(kind)

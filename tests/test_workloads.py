@@ -10,7 +10,8 @@ RNG = lambda: np.random.default_rng(1)  # noqa: E731
 
 
 def test_registry_names_are_the_contract():
-    assert sorted(REGISTRY) == ["arrays", "exp-dec", "exp-inc", "file", "linear", "matmul", "nested", "normal", "uforall", "uniform"]
+    assert sorted(REGISTRY) == ["arrays", "exp-dec", "exp-inc", "file", "linear", "matmul", "nested", "normal",
+                                "trace", "uforall", "uniform"]
 
 
 def test_uforall_by_cost_or_by_total():

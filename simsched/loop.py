@@ -73,7 +73,7 @@ class Loop:
 
 
 class Window:
-    """The streamed loops whose arrays are in memory: the least recently read go once more than ``budget`` iterations are.
+    """The streamed loops whose arrays are in memory: the earliest read go once more than ``budget`` iterations are.
 
     The ``keep`` most recent stay whatever their size: a program runs at most two loops at
     once, so the loops a run is in are never dropped, and memory stays within ``budget``
@@ -95,7 +95,7 @@ class Window:
 
 
 class StreamedLoop(Loop):
-    """A loop whose costs (and footprint) stay in their source until used: ``n``, ``total`` and ``serial_ns`` are known up front.
+    """A loop whose costs (and footprint) stay in their source until used; ``n``, ``total`` and ``serial_ns`` are known.
 
     ``prefix`` and ``data`` call ``read() -> (costs, footprint or None)`` on first use and
     are kept in ``window``, which drops them again once later loops have been read. The same

@@ -102,7 +102,8 @@ def test_write_trace_takes_generators_and_refuses_bad_loops_leaving_nothing(tmp_
     for bad, needle in ((dict(loops=[[1.0], [-1.0]]), "loop 1"), (dict(loops=[]), "at least one loop"),
                         (dict(loops=[[1.0]], names=["a", "b"]), "name has 2 values for 1 loops"),
                         (dict(loops=[[1.0, 2.0]], bytes=[[8]]), "bytes"),
-                        (dict(loops=[[1.0]], metadata={"k": object()}), "JSON")):
+                        (dict(loops=[[1.0]], metadata={"k": object()}), "JSON"),
+                        (dict(loops=[[1.0]], names=["a\r"]), "control character")):
         for form in FORMATS:
             target = tmp_path / f"bad.{form}"
             with pytest.raises(SimschedError, match=needle):

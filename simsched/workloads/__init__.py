@@ -85,7 +85,7 @@ class Workload:
         return Footprint(self.bytes_per_iteration(n), p["pattern"], p["placement"], p["data"])
 
     def footprint_of(self, values, what: str) -> Footprint:
-        """A footprint of bytes per iteration read from a file (``what`` names them), with this workload's data params."""
+        """A footprint of bytes per iteration read from a file (``what`` names them), with this workload's data."""
         values = np.asarray(values)
         if values.dtype.kind not in "iu":
             values = np.asarray(values, dtype=float)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import unicodedata
 import zipfile
 from dataclasses import dataclass
 from functools import partial
@@ -279,7 +280,7 @@ class TraceFile:
         return record
 
     def _checked(self, values: np.ndarray, name: str, where: Callable[[int], str]) -> np.ndarray:
-        """Numeric ``values`` of column ``name``, refused at the first one outside its rule (``where(j)`` names value j)."""
+        """Numeric ``values`` of column ``name``, refused at the first that breaks its rule (``where(j)`` names it)."""
         values = np.asarray(values)
         if values.dtype.kind not in "iuf":
             raise self.fail(f"{name} holds {values.dtype} values; it holds numbers")
@@ -423,7 +424,7 @@ def _json_or_text(text: str) -> Any:
 
 
 def trace_metadata(path: str | Path) -> dict[str, Any]:
-    """The metadata a trace was written with (``simsched.*`` Parquet keys, the CSV ``# simsched:`` line, the .npz key)."""
+    """A trace's metadata: its ``simsched.*`` Parquet keys, its CSV ``# simsched:`` line or its .npz key."""
     return TraceFile(path).metadata()
 
 
@@ -434,10 +435,10 @@ def write_trace(path: str | Path, loops: Iterable[Any], *, names: Sequence[str] 
                 metadata: dict[str, Any] | None = None, phases: Sequence[str] | None = None) -> Path:
     """Write a program trace: ``loops`` (1-D cost arrays, ns, in program order) to a .parquet, .csv or .npz file.
 
-    ``names``, ``phases`` and ``serial_ns`` give one value per loop; ``bytes`` one array per
-    loop, as long as its costs; ``metadata`` a JSON-serializable dict (``trace_metadata``
-    reads it back). ``loops`` and ``bytes`` may be generators: one loop is held at a time.
-    The file appears whole or not at all.
+    ``names``, ``phases`` and ``serial_ns`` give one value per loop (names and phases without
+    control characters); ``bytes`` one array per loop, as long as its costs; ``metadata`` a
+    JSON-serializable dict (``trace_metadata`` reads it back). ``loops`` and ``bytes`` may be
+    generators: one loop is held at a time. The file appears whole or not at all.
     """
     path = Path(path)
     suffix = path.suffix.lower()
@@ -491,6 +492,9 @@ def _records(loops, names, phases, serial_ns, footprints) -> Iterator[TraceLoop]
                     raise SimschedError(f"write_trace: loop {k}: serial_ns must be finite and >= 0")
             elif not isinstance(value, str):
                 raise SimschedError(f"write_trace: loop {k}: {name} must be a string")
+            elif any(unicodedata.category(c) == "Cc" for c in value):
+                # NUL, CR and the like do not survive every form (NumPy strips trailing NULs).
+                raise SimschedError(f"write_trace: loop {k}: {name} {value!r} holds a control character")
             setattr(record, name, value)
         count += 1
         yield record

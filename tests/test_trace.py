@@ -93,6 +93,10 @@ def test_a_bare_trace_has_only_the_required_columns(tmp_path, form):
     loops = get_workload(f"trace:path={path}").loops(None)
     assert [(loop.n, loop.total, loop.name, loop.serial_ns, loop.data) for loop in loops] == [
         (2, 3.0, "", 0.0, None), (1, 3.0, "", 0.0, None)]
+    with pytest.raises(SimschedError, match="a program of 2 loops has no single array"):
+        get_workload(f"trace:path={path}").costs(None)
+    one = write_trace(tmp_path / f"one.{form}", [[1.0, 2.0]])
+    assert get_workload(f"trace:path={one}").costs(None).tolist() == [1.0, 2.0]
 
 
 def test_write_trace_takes_generators_and_refuses_bad_loops_leaving_nothing(tmp_path):
@@ -195,6 +199,24 @@ def test_streamed_footprints_read_again_give_the_same_run(tmp_path, monkeypatch,
     direct = run_loops(eager(given, lambda b: Footprint(b)), "omp-dynamic", machine="xeon-e5-4620", threads=8)
     same_run(run_loops(loops, "omp-dynamic", machine="xeon-e5-4620", threads=8), direct)
     assert len(reads) >= 12 and sum(loop.held is not None for loop in loops) == 3
+
+
+@pytest.mark.parametrize("form", FORMATS)
+def test_a_trace_is_read_loop_by_loop_not_whole(tmp_path, monkeypatch, form):
+    """Loop 0 comes out before the reader has seen loop 2's bad value: the file is streamed in small batches."""
+    monkeypatch.setattr(trace_module, "BATCH_ROWS", 4)
+    path = write_trace(tmp_path / f"s.{form}", [np.ones(10), np.ones(10), np.ones(10)])
+    if form == "npz":
+        npz(path, cost_ns_0=np.ones(10), cost_ns_1=np.ones(10), cost_ns_2=[1.0, -1.0])
+    elif form == "csv":
+        path.write_text(path.read_text().replace("2,9,1.0", "2,9,-1.0"))
+    else:
+        parquet(path, loop=np.repeat([0, 1, 2], 10), iteration=np.tile(np.arange(10), 3),
+                cost_ns=np.r_[np.ones(29), -1.0])
+    loops = TraceFile(path).loops()
+    assert next(loops).costs.tolist() == [1.0] * 10 and next(loops).index == 1
+    with pytest.raises(SimschedError, match="-1"):
+        next(loops)
 
 
 def test_a_trace_runs_through_the_cli(tmp_path):

@@ -155,7 +155,7 @@ class TraceFile:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        table = pq.ParquetFile(self.path)
+        table = pq.ParquetFile(self.path, pre_buffer=False)  # pre-buffering keeps all the bytes read
         schema = table.schema_arrow
         self._columns(schema.names)
         if not table.metadata.num_rows:

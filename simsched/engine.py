@@ -60,7 +60,10 @@ class Simulation:
         ``loops`` lists all loops by index (the chunk table's ``loop``): the program's loops
         first, in order, then the loops nested in their iterations. ``program`` holds the
         indices of the program's loops and ``children[index]`` maps an iteration of loop
-        ``index`` to the index of the loop nested in it.
+        ``index`` to the index of the loop nested in it. Only ``n``, ``total`` and
+        ``serial_ns`` are used up front (and, with data, each footprint in turn, by the locality
+        model's check): a streamed loop (a trace's) reads its costs when the run first reaches
+        for its ``prefix`` or ``data``, as the loop starts.
         """
         self.loops = list(loops)
         self.program = list(range(len(self.loops)))

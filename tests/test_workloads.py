@@ -11,7 +11,8 @@ RNG = lambda: np.random.default_rng(1)  # noqa: E731
 
 def test_registry_names_are_the_contract():
     assert sorted(REGISTRY) == ["app", "arrays", "bfs", "cc", "exp-dec", "exp-inc", "file", "kmeans", "lavamd",
-                                "linear", "matmul", "nested", "normal", "pagerank", "spmv", "uforall", "uniform"]
+                                "linear", "matmul", "nested", "normal", "pagerank", "spmv", "trace", "uforall",
+                                "uniform"]
 
 
 def test_uforall_by_cost_or_by_total():

@@ -15,3 +15,13 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, signum: int):
         super().__init__(signum)
         self.signum = signum
+
+
+def parquet(what: str):
+    """pyarrow's (pyarrow, pyarrow.parquet) modules, or a one-line error saying ``what`` needs them."""
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError:
+        raise SimschedError(f"{what} needs pyarrow (pip install 'simsched[parquet]')") from None
+    return pyarrow, pyarrow.parquet

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from . import __version__
-from .errors import Interrupted, SimschedError
+from .errors import Interrupted, SimschedError, parquet
 from .spec import format_spec, parse_spec
 
 AXES = ("machine", "scheduler", "threads", "workload", "seed", "repeat")
@@ -466,10 +466,8 @@ def write_table(frame: pd.DataFrame, path: Path) -> Path:
     partial = path.with_name(path.name + ".partial")
     try:
         if path.suffix == ".parquet":
-            try:
-                frame.to_parquet(partial, index=False)
-            except ImportError:
-                raise SimschedError("writing Parquet needs pyarrow (pip install 'simsched[parquet]')") from None
+            parquet("writing Parquet results")
+            frame.to_parquet(partial, index=False)
         else:
             frame.to_csv(partial, index=False)
         os.replace(partial, path)

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import SimschedError
+from ..errors import SimschedError, parquet
 from ..loop import StreamedLoop, Window, check_total, prefix_sums
 from ..output import write_whole
 from ..spec import Param
@@ -109,8 +109,7 @@ class TraceFile:
         """The key-value metadata the file was written with (``{}`` when it has none)."""
         try:
             if self.suffix == ".parquet":
-                import pyarrow.parquet as pq
-
+                _, pq = parquet("reading a Parquet trace")
                 pairs = pq.ParquetFile(self.path).schema_arrow.metadata or {}
                 prefix = META + "."
                 return {key.decode()[len(prefix):]: _json_or_text(value.decode())
@@ -152,8 +151,7 @@ class TraceFile:
                 raise self.fail(f"no {name} column (columns: {', '.join(names) or 'none'})")
 
     def _parquet_chunks(self) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        pa, pq = parquet("reading a Parquet trace")
 
         table = pq.ParquetFile(self.path, pre_buffer=False)  # pre-buffering keeps all the bytes read
         schema = table.schema_arrow
@@ -519,8 +517,7 @@ def _rows(record: TraceLoop, present: tuple[str, ...]) -> dict[str, np.ndarray]:
 
 
 def _write_parquet(path: Path, records, present, metadata) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    pa, pq = parquet("writing a Parquet trace")
 
     writer = None
     try:

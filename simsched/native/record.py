@@ -1,0 +1,101 @@
+"""Recorded traces: a real kernel run on one thread of this host, timed iteration by iteration or block by block.
+
+The recording is a native run of ``omp-static:chunk=k`` on one thread: every chunk (a block of
+k iterations, k = 1 where the timer is small beside an iteration) is timed by the runtime as
+any chunk is, so recordings and native runs share one loop body. The span the runtime measures
+around a block holds, besides its iterations, part of the two clock reads that bound it: the
+span of an empty block, measured first, is taken off every block. A first, untimed pass of
+the kernel warms caches and faults pages in; ``samples`` timed passes follow, and each block's
+cost is its median over them: a block the OS preempted in one pass does not carry the pause.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import platform
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import SimschedError
+from ..output import check_output
+from ..schedulers import get_scheduler
+from . import DEFAULT_TIMEOUT_S, _check_integer, execute, require
+from .kernels import Kernel
+
+# A block lasts at least this many empty blocks: the timer's share of its span is at most 1/BLOCK_SPANS.
+BLOCK_SPANS = 20
+EMPTY_BLOCKS = 20000
+SUFFIXES = (".parquet", ".csv", ".npz")
+
+
+def empty_block_ns(timeout_s: float = DEFAULT_TIMEOUT_S) -> float:
+    """The median span the runtime measures around a block of no work on one thread: the timer's own share."""
+    result, _ = execute(get_scheduler("omp-static:chunk=1"), "empty", 1, np.zeros(EMPTY_BLOCKS), [EMPTY_BLOCKS], 1,
+                        timeout_s=timeout_s)
+    return float(np.median((result.chunks["end"] - result.chunks["start"]).to_numpy()))
+
+
+def choose_block(timer_ns: float, iteration_ns: float) -> int:
+    """The smallest k for which k iterations of ``iteration_ns`` last BLOCK_SPANS empty blocks (1 for long ones)."""
+    if iteration_ns <= 0:
+        return 1 << 20
+    return max(1, math.ceil(BLOCK_SPANS * timer_ns / iteration_ns))
+
+
+def _pass_ns(kernel: Kernel, timeout_s: float) -> float:
+    """The mean time of one iteration over a warm pass of the program (one thread, one chunk per loop)."""
+    costs = np.zeros(int(kernel.sizes.sum()))
+    result, _ = execute(get_scheduler("omp-static"), kernel.spec, 1, costs, kernel.sizes, 2, timeout_s=timeout_s,
+                        memory=kernel.memory, csr=kernel.csr)
+    return float(sum(result.loop_ns[kernel.sizes.size:])) / costs.size
+
+
+def record(kernel: Kernel, block: int | None = None, samples: int = 5,
+           timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[list, dict]:
+    """Time ``kernel``'s loops on one thread after a warm pass: per loop, each block's median ns over ``samples``
+    timed passes; and the metadata."""
+    require()
+    samples = _check_integer("--samples", samples, 1, 1000)
+    if block is not None:
+        block = _check_integer("--block", block, 1, 2**31 - 1)
+    timer = empty_block_ns(timeout_s)
+    k = block or choose_block(timer, _pass_ns(kernel, timeout_s))
+    costs = np.zeros(int(kernel.sizes.sum()))
+    program = kernel.sizes.size
+    result, _ = execute(get_scheduler(f"omp-static:chunk={k}"), kernel.spec, 1, costs, kernel.sizes,
+                        1 + samples * kernel.passes, timeout_s=timeout_s, memory=kernel.memory, csr=kernel.csr)
+    chunks = result.chunks.sort_values(["loop", "lo"], kind="stable")
+    chunks = chunks[chunks["loop"] >= program]  # the warm pass is not recorded
+    blocks = [block_sizes(int(n), k).size for n in kernel.loop_sizes]
+    # One row per timed pass of the whole recording, its blocks in program order.
+    passes = (chunks["end"] - chunks["start"]).to_numpy().reshape(samples, sum(blocks))
+    median = np.maximum(np.median(passes, axis=0) - timer, 0.0)
+    loops = np.split(median, np.cumsum(blocks)[:-1])
+    meta = {**kernel.meta, "block": int(k), "samples": samples, "host": platform.node() or "unknown",
+            "empty_block_ns": round(timer, 2),
+            "recorded": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
+    return loops, meta
+
+
+def check_out(path: str) -> Path:
+    """The trace file to write, refused before any work unless its suffix names a trace format."""
+    out = check_output(path, "--out")
+    if out.suffix.lower() not in SUFFIXES:
+        raise SimschedError(f"--out {path}: a trace is a {', '.join(SUFFIXES)} file (by its suffix)")
+    return out
+
+
+def write(out: Path, loops: list, meta: dict) -> Path:
+    """Write the recording as a program trace (the trace: workload's format, its metadata included)."""
+    from ..workloads.trace import write_trace
+
+    return write_trace(out, loops, metadata=meta)
+
+
+def block_sizes(n: int, k: int) -> np.ndarray:
+    """How many iterations each block of a loop of ``n`` iterations holds, blocks of ``k``."""
+    sizes = np.full(-(-n // k), k, dtype=np.int64)
+    sizes[-1] = n - k * (sizes.size - 1)
+    return sizes

@@ -346,9 +346,13 @@ class ArrayWorkload(Workload):
         return self._costs
 
 
+from .graphs import BFS, ConnectedComponents, PageRank  # noqa: E402 (they subclass Workload, above)
+from .sparse import SpMV  # noqa: E402
+
 REGISTRY: dict[str, type[Workload]] = {
     cls.name: cls for cls in (UForall, Uniform, Normal, Linear, ExpIncreasing, ExpDecreasing, FileCosts,
-                              Nested, BlockMatmul, Arrays)
+                              Nested, BlockMatmul, Arrays,
+                              BFS, PageRank, ConnectedComponents, SpMV)
 }
 
 

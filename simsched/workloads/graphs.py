@@ -1,0 +1,337 @@
+"""Graph workloads: BFS, PageRank and connected components as programs of parallel loops over a CSR graph.
+
+A graph is a ``scipy.sparse.csr_matrix`` adjacency: row u holds u's out-neighbours. It is
+generated from the run's seeded generator (``uniform``, ``scale-free``, ``rmat``) or read from
+a file; self-loops and duplicate edges are dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import SimschedError
+from ..spec import Param, resolve_params
+from .program import ProgramWorkload
+
+# CSR indices stay 32-bit integers, as native kernels read them.
+MAX_GRAPH_SIZE = 2**31 - 1
+GENERATORS = ("uniform", "scale-free", "rmat")
+# The parameters each generator takes; a file takes none.
+GENERATOR_KEYS = {"uniform": ("n", "degree"), "scale-free": ("n", "gamma", "min_degree"),
+                  "rmat": ("scale", "edge_factor")}
+# Graph500's Kronecker initiator: the probabilities of the quadrants a, b, c (d = 1 - a - b - c).
+RMAT_ABC = (0.57, 0.19, 0.19)
+
+GRAPH_PARAMS = {
+    "graph": Param("graph", str, "uniform",
+                   help="uniform, scale-free, rmat, or the path of an edge list or Matrix Market (.mtx) file"),
+    "n": Param("n", int, 10_000, lambda v: 2 <= v <= MAX_GRAPH_SIZE, f">= 2 and <= {MAX_GRAPH_SIZE}",
+               help="vertices (uniform, scale-free)"),
+    "degree": Param("degree", int, 8, lambda v: v >= 1, ">= 1",
+                    help="mean degree (uniform: each vertex's degree is uniform in [1, 2 degree - 1])"),
+    "gamma": Param("gamma", float, 2.3, lambda v: v > 2, "> 2 (a finite mean degree)",
+                   help="power-law exponent of the degrees (scale-free)"),
+    "min_degree": Param("min_degree", int, 2, lambda v: v >= 1, ">= 1", help="smallest degree (scale-free)"),
+    "scale": Param("scale", int, 14, lambda v: 1 <= v <= 30, ">= 1 and <= 30", help="2**scale vertices (rmat)"),
+    "edge_factor": Param("edge_factor", int, 16, lambda v: v >= 1, ">= 1",
+                         help="edges drawn per vertex (rmat)"),
+}
+
+
+def check_graph_params(given: Mapping[str, Any], owner: str = "graph") -> dict[str, Any]:
+    """The graph parameters among ``given``, checked and with defaults; refuse those the chosen graph does not take."""
+    graph = str(given.get("graph", GRAPH_PARAMS["graph"].default))
+    if not graph:
+        raise SimschedError(f"{owner}: parameter graph= is empty (give {', '.join(GENERATORS)} or a file path)")
+    # Which keys apply is checked first: a stray key is the mistake, whatever its value.
+    takes = GENERATOR_KEYS.get(graph, ())
+    stray = [k for k in GRAPH_PARAMS if k != "graph" and k in given and k not in takes]
+    if stray:
+        what = f"graph={graph} takes {', '.join(takes)}" if takes else f"a graph file (graph={graph}) takes none"
+        raise SimschedError(f"{owner}: parameter {stray[0]} does not apply: {what}")
+    return resolve_params(owner, GRAPH_PARAMS, {k: v for k, v in given.items() if k in GRAPH_PARAMS})
+
+
+def build_graph(params: Mapping[str, Any], rng: np.random.Generator) -> sp.csr_matrix:
+    """The adjacency of the graph the parameters name (``graph=`` and its generator's keys), drawn from ``rng``."""
+    p = check_graph_params(params)
+    graph = p["graph"]
+    if graph == "uniform":
+        degrees = rng.integers(1, 2 * p["degree"], size=p["n"], endpoint=False)
+        return _configuration(degrees, rng)
+    if graph == "scale-free":
+        return _configuration(_power_law_degrees(p["n"], p["gamma"], p["min_degree"], rng), rng)
+    if graph == "rmat":
+        return _rmat(p["scale"], p["edge_factor"], rng)
+    return read_graph(graph)
+
+
+def _check_size(edges: int, what: str) -> None:
+    if edges > MAX_GRAPH_SIZE:
+        raise SimschedError(f"graph: {what} {edges} edges; the bound is {MAX_GRAPH_SIZE} (32-bit CSR indices)")
+
+
+def _power_law_degrees(n: int, gamma: float, min_degree: int, rng: np.random.Generator) -> np.ndarray:
+    """n degrees with P(degree >= k) = (min_degree / k)**(gamma - 1), at most n - 1."""
+    # Inverse transform of the Pareto tail, floored: the tail is exact at every integer k.
+    tail = min_degree * (1.0 - rng.random(n)) ** (-1.0 / (gamma - 1.0))
+    return np.minimum(np.floor(tail), n - 1).astype(np.int64)
+
+
+def _configuration(degrees: np.ndarray, rng: np.random.Generator) -> sp.csr_matrix:
+    """An undirected graph wiring these degrees at random: the configuration model's uniform stub pairing."""
+    total = int(degrees.sum())
+    _check_size(total, "the degrees add up to")
+    stubs = np.repeat(np.arange(degrees.size, dtype=np.int64), degrees)
+    stubs = stubs[rng.permutation(stubs.size)]
+    # An odd stub count leaves the last stub unpaired.
+    half = stubs.size // 2
+    return adjacency(degrees.size, stubs[:half], stubs[half:2 * half], directed=False)
+
+
+def _rmat(scale: int, edge_factor: int, rng: np.random.Generator) -> sp.csr_matrix:
+    """Graph500's Kronecker (R-MAT) generator, one bit of both endpoints per level, vertices then relabelled."""
+    n, m = 2**scale, edge_factor * 2**scale
+    _check_size(m, "rmat draws")
+    a, b, c = RMAT_ABC
+    u = np.zeros(m, dtype=np.int64)
+    v = np.zeros(m, dtype=np.int64)
+    # One single-precision draw per edge and level picks the quadrant: a, b, c or d.
+    for bit in range(scale):
+        r = rng.random(m, dtype=np.float32)
+        down = r >= a + b
+        right = (r >= a) & ~down | (r >= a + b + c)
+        u |= down.astype(np.int64) << bit
+        v |= right.astype(np.int64) << bit
+    # Graph500 permutes the labels so that vertex number says nothing about degree.
+    label = rng.permutation(n)
+    return adjacency(n, label[u], label[v], directed=False)
+
+
+def adjacency(n: int, u: np.ndarray, v: np.ndarray, directed: bool) -> sp.csr_matrix:
+    """The n x n CSR adjacency of edges u -> v (both ways unless directed), without self-loops or duplicates."""
+    u = np.asarray(u, dtype=np.int64)
+    v = np.asarray(v, dtype=np.int64)
+    keep = u != v
+    u, v = u[keep], v[keep]
+    if not directed:
+        u, v = np.concatenate([u, v]), np.concatenate([v, u])
+    keys = np.sort(u * n + v)  # (np.unique is many times slower than a sort on large int64 arrays)
+    keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if keys.size else keys
+    rows, cols = np.divmod(keys, n)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+    index = np.int32 if max(n, keys.size) <= MAX_GRAPH_SIZE else np.int64
+    return sp.csr_matrix((np.ones(keys.size, dtype=np.int8), cols.astype(index), indptr.astype(index)),
+                         shape=(n, n))
+
+
+_DIRECTED_HEADER = re.compile(r"^\s*[#%]\s*directed\b", re.I)
+
+
+def read_graph(path: "str | Path") -> sp.csr_matrix:
+    """A graph file's adjacency: an edge list (two integer columns) or Matrix Market (.mtx), undirected by default.
+
+    An edge list is directed when a comment line before the edges starts with ``Directed``
+    (as SNAP's headers do); a Matrix Market file is directed when its symmetry is ``general``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise SimschedError(f"graph: no such file {path}")
+    if path.suffix.lower() == ".mtx":
+        return _read_mtx(path)
+    return _read_edge_list(path)
+
+
+def _read_mtx(path: Path) -> sp.csr_matrix:
+    import scipy.io
+
+    try:
+        info = scipy.io.mminfo(str(path))
+        matrix = scipy.io.mmread(str(path))
+    except Exception as exc:  # scipy raises several kinds on a malformed file
+        raise SimschedError(f"graph: cannot read Matrix Market file {path}: {exc}".splitlines()[0]) from None
+    rows, cols = info[0], info[1]
+    if rows != cols:
+        raise SimschedError(f"graph: {path} is a {rows} x {cols} matrix; an adjacency matrix is square")
+    if rows < 1:
+        raise SimschedError(f"graph: {path} has no vertices")
+    coo = sp.coo_matrix(matrix)
+    # mmread expands a symmetric file into both triangles, so its edges come out both ways already.
+    return adjacency(rows, coo.row, coo.col, directed=info[5] == "general")
+
+
+def _read_edge_list(path: Path) -> sp.csr_matrix:
+    import io
+
+    import pandas as pd
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SimschedError(f"graph: cannot read {path}: {exc}".splitlines()[0]) from None
+    lines = text.splitlines()
+    directed = False
+    for line in lines:
+        if line.strip() and not line.lstrip().startswith(("#", "%")):
+            break
+        directed = directed or bool(_DIRECTED_HEADER.match(line))
+    body = "\n".join(line for line in lines if not line.lstrip().startswith(("#", "%"))).replace(",", " ")
+    if not body.strip():
+        raise SimschedError(f"graph: {path} holds no edges")
+    try:
+        frame = pd.read_csv(io.StringIO(body), sep=r"\s+", header=None, dtype=str, skip_blank_lines=True)
+    except Exception as exc:  # ragged rows
+        raise SimschedError(f"graph: cannot read edges from {path}: {exc}".splitlines()[0]) from None
+    if frame.shape[1] != 2 or frame.isna().to_numpy().any():
+        raise SimschedError(f"graph: {path} must hold two integer columns (an edge per line), not "
+                            f"{frame.shape[1]}")
+    try:
+        edges = frame.to_numpy().astype(np.int64)
+    except (ValueError, OverflowError):
+        bad = next(x for x in frame.to_numpy().ravel() if not re.fullmatch(r"[+-]?\d+", x))
+        raise SimschedError(f"graph: {path}: vertex {bad!r} is not an integer") from None
+    if edges.min() < 0:
+        raise SimschedError(f"graph: {path}: vertex {int(edges.min())} is negative; vertices are numbered from 0")
+    n = int(edges.max()) + 1
+    if n > MAX_GRAPH_SIZE:
+        raise SimschedError(f"graph: {path}: vertex {n - 1} is beyond the bound of {MAX_GRAPH_SIZE} vertices")
+    return adjacency(n, edges[:, 0], edges[:, 1], directed=directed)
+
+
+def bfs_levels(graph: sp.csr_matrix, sources: "int | np.ndarray") -> np.ndarray:
+    """Every vertex's BFS level from ``sources`` (level 0) along out-edges, -1 where unreached."""
+    from scipy.sparse.csgraph import breadth_first_order
+
+    n = graph.shape[0]
+    sources = np.atleast_1d(np.asarray(sources, dtype=np.int64))
+    # Several sources: one more vertex with an edge to each, searched from instead.
+    if sources.size > 1:
+        indptr = np.concatenate([graph.indptr, [graph.indptr[-1] + sources.size]])
+        indices = np.concatenate([graph.indices, sources])
+        graph = sp.csr_matrix((np.ones(indices.size, dtype=np.int8), indices, indptr), shape=(n + 1, n + 1))
+        root = n
+    else:
+        root = int(sources[0])
+    order, pred = breadth_first_order(graph, root, directed=True, return_predecessors=True)
+    # Depths by pointer jumping up the BFS tree: log2(depth) vectorised rounds.
+    depth = np.ones(graph.shape[0], dtype=np.int64)
+    jump = pred.astype(np.int64)
+    depth[root], jump[root] = 0, root
+    while True:
+        up = jump[order]
+        if np.all(up == root):
+            break
+        depth[order] += depth[up]
+        jump[order] = jump[up]
+    levels = np.full(graph.shape[0], -1, dtype=np.int64)
+    levels[order] = depth[order]
+    return levels[:n] - 1 if sources.size > 1 else levels
+
+
+def undirected(graph: sp.csr_matrix) -> sp.csr_matrix:
+    """The graph with every edge both ways (itself when already symmetric)."""
+    if (graph != graph.T).nnz == 0:
+        return graph
+    coo = graph.tocoo()
+    return adjacency(graph.shape[0], coo.row, coo.col, directed=False)
+
+
+def label_propagation_rounds(graph: sp.csr_matrix) -> int:
+    """Rounds of synchronous min-label propagation until no label changes, counting the last, unchanged one.
+
+    After t rounds a vertex holds the least label within t hops, so the labels settle after
+    the largest distance from a vertex to the least vertex of its component.
+    """
+    from scipy.sparse.csgraph import connected_components
+
+    sym = undirected(graph)
+    count, component = connected_components(sym, directed=False)
+    least = np.full(count, sym.shape[0], dtype=np.int64)
+    np.minimum.at(least, component, np.arange(sym.shape[0]))
+    return int(bfs_levels(sym, least).max()) + 1
+
+
+def _cost_param(name: str, default: float, help: str) -> Param:
+    return Param(name, float, default, lambda v: v >= 0, ">= 0", help=help)
+
+
+class GraphWorkload(ProgramWorkload):
+    """A program of loops over a graph's vertices."""
+
+    def __init__(self, **params: Any):
+        check_graph_params(params, f"workload {self.name}")
+        super().__init__(**params)
+
+    def graph(self, rng: np.random.Generator) -> sp.csr_matrix:
+        """The workload's graph, drawn from the run's generator."""
+        return build_graph({k: v for k, v in self.given.items() if k in GRAPH_PARAMS}, rng)
+
+
+class BFS(GraphWorkload):
+    """Breadth-first search level by level: one loop per level over its frontier, in vertex order.
+
+    An iteration expands one frontier vertex: ``base_ns`` plus ``edge_ns`` per out-edge.
+    """
+
+    name = "bfs"
+    summary = "BFS from source: one loop per level over its frontier, base_ns + edge_ns x out-degree each"
+    PARAMS = {**GRAPH_PARAMS,
+              "source": Param("source", int, 0, lambda v: v >= 0, ">= 0", help="the vertex the search starts from"),
+              "base_ns": _cost_param("base_ns", 50.0, "per frontier vertex"),
+              "edge_ns": _cost_param("edge_ns", 10.0, "per out-edge of a frontier vertex")}
+
+    def loop_costs(self, rng):
+        graph = self.graph(rng)
+        n, source = graph.shape[0], self.params["source"]
+        if source >= n:
+            raise SimschedError(f"workload bfs: source={source} is not a vertex; the graph has vertices 0..{n - 1}")
+        levels = bfs_levels(graph, source)
+        reached = np.flatnonzero(levels >= 0)  # in vertex order
+        if reached.size == 1:
+            raise SimschedError(f"workload bfs: disconnected BFS source: vertex {source} reaches no other vertex")
+        frontier = reached[np.argsort(levels[reached], kind="stable")]
+        cost = self.params["base_ns"] + self.params["edge_ns"] * np.diff(graph.indptr)[frontier]
+        return np.split(cost, np.cumsum(np.bincount(levels[frontier]))[:-1])
+
+
+class PageRank(GraphWorkload):
+    """Pull-style PageRank: ``iters`` loops over all vertices, ``base_ns`` plus ``edge_ns`` per in-edge each."""
+
+    name = "pagerank"
+    summary = "iters loops over all vertices, base_ns + edge_ns x in-degree each (pull PageRank)"
+    PARAMS = {**GRAPH_PARAMS,
+              "iters": Param("iters", int, 20, lambda v: v >= 1, ">= 1", help="PageRank iterations (loops)"),
+              "base_ns": _cost_param("base_ns", 10.0, "per vertex"),
+              "edge_ns": _cost_param("edge_ns", 10.0, "per in-edge")}
+
+    def loop_costs(self, rng):
+        graph = self.graph(rng)
+        in_degree = np.bincount(graph.indices, minlength=graph.shape[0])
+        cost = self.params["base_ns"] + self.params["edge_ns"] * in_degree
+        return [cost] * self.params["iters"]
+
+
+class ConnectedComponents(GraphWorkload):
+    """Min-label propagation until no label changes: each round a loop over all vertices, ``base_ns`` + ``edge_ns`` per edge."""
+
+    name = "cc"
+    summary = "label-propagation rounds until labels settle, each over all vertices, base_ns + edge_ns x degree"
+    PARAMS = {**GRAPH_PARAMS,
+              "base_ns": _cost_param("base_ns", 10.0, "per vertex"),
+              "edge_ns": _cost_param("edge_ns", 10.0, "per edge (either direction)")}
+
+    def loop_costs(self, rng):
+        graph = undirected(self.graph(rng))
+        cost = self.params["base_ns"] + self.params["edge_ns"] * np.diff(graph.indptr)
+        return [cost] * label_propagation_rounds(graph)
+
+
+__all__ = ["BFS", "ConnectedComponents", "PageRank", "adjacency", "bfs_levels", "build_graph",
+           "check_graph_params", "label_propagation_rounds", "read_graph"]

@@ -1,0 +1,136 @@
+"""Sparse matrix-vector products (SpMV): one loop over a matrix's rows per solver iteration.
+
+Matrices come from Matrix Market files, or by name from the four shipped under
+``simsched/workloads/matrices/``; ``python tools/make_matrices.py DIR`` regenerates those from
+a fixed seed and prints their row statistics.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import SimschedError
+from ..spec import Param
+from .program import ProgramWorkload
+
+MATRICES = Path(__file__).resolve().parent / "matrices"
+# The shipped matrices: row-length distributions from no variance to a heavy tail.
+KINDS = ("banded", "uniform", "lognormal", "powerlaw")
+# How the shipped matrices were made: rows (= columns), mean nonzeros per row, seed.
+SHIPPED_ROWS, SHIPPED_MEAN, SHIPPED_SEED = 2048, 9, 20240601
+LOGNORMAL_SIGMA = 1.0  # of log(row length): a CV of about 1.3, a moderate tail
+POWERLAW_GAMMA = 2.2   # P(length >= k) ~ k**-(gamma - 1): a few rows hold hundreds or thousands of nonzeros
+
+
+def read_matrix(path_or_name: "str | Path") -> sp.csr_matrix:
+    """A Matrix Market file as CSR, or a shipped matrix by name (a value with no folder and no suffix)."""
+    text = str(path_or_name)
+    if not text:
+        raise SimschedError("matrix: empty name (give a shipped matrix, " + ", ".join(KINDS) + ", or a .mtx file)")
+    path = Path(text)
+    if isinstance(path_or_name, str) and len(path.parts) == 1 and not path.suffix:
+        if text not in KINDS:
+            raise SimschedError(f"matrix: unknown matrix {text!r} (shipped: {', '.join(KINDS)}; or the path of "
+                                "a Matrix Market file)")
+        path = MATRICES / f"{text}.mtx"
+    if not path.is_file():
+        raise SimschedError(f"matrix: no such file {path}")
+    import scipy.io
+
+    try:
+        matrix = scipy.io.mmread(str(path))
+    except Exception as exc:  # scipy raises several kinds on a malformed file
+        raise SimschedError(f"matrix: cannot read {path} as Matrix Market: {exc}".splitlines()[0]) from None
+    if not (sp.issparse(matrix) or isinstance(matrix, np.ndarray)) or np.ndim(matrix) != 2:
+        raise SimschedError(f"matrix: {path} does not hold a 2-D matrix")
+    if matrix.shape[0] < 1:
+        raise SimschedError(f"matrix: {path} has no rows")
+    return sp.csr_matrix(matrix)
+
+
+def row_statistics(matrix: sp.spmatrix) -> dict[str, float]:
+    """Rows, columns, nonzeros and the spread of nonzeros per row: mean, variance, CV, min, max."""
+    lengths = np.diff(sp.csr_matrix(matrix).indptr)
+    mean = float(lengths.mean())
+    var = float(lengths.var())
+    return {"rows": int(matrix.shape[0]), "cols": int(matrix.shape[1]), "nnz": int(lengths.sum()),
+            "mean": mean, "var": var, "cv": float(np.sqrt(var) / mean) if mean else 0.0,
+            "min": int(lengths.min()), "max": int(lengths.max())}
+
+
+def row_lengths(kind: str, rows: int, mean: int, rng: np.random.Generator) -> np.ndarray:
+    """Nonzeros per row for ``rows`` rows of about ``mean`` each, spread as ``kind`` says, within [1, rows]."""
+    if kind == "banded":
+        lengths = np.full(rows, mean)
+    elif kind == "uniform":
+        lengths = rng.integers(1, 2 * mean, size=rows)
+    elif kind == "lognormal":
+        # The log's mean is set so that the lengths' mean is ``mean``.
+        lengths = np.round(rng.lognormal(np.log(mean) - LOGNORMAL_SIGMA**2 / 2, LOGNORMAL_SIGMA, rows))
+    elif kind == "powerlaw":
+        least = mean * (POWERLAW_GAMMA - 2) / (POWERLAW_GAMMA - 1)
+        lengths = np.round(least * (1.0 - rng.random(rows)) ** (-1.0 / (POWERLAW_GAMMA - 1)))
+    else:
+        raise SimschedError(f"matrix: unknown row-length distribution {kind!r} (known: {', '.join(KINDS)})")
+    return np.clip(lengths, 1, rows).astype(np.int64)
+
+
+def make_matrix(kind: str, rows: int, mean: int, rng: np.random.Generator) -> sp.csr_matrix:
+    """A square matrix with ``kind`` row lengths, normal values; ``banded`` is a circulant band of ``mean`` diagonals."""
+    lengths = row_lengths(kind, rows, mean, rng)
+    if kind == "banded":
+        offsets = np.arange(mean) - mean // 2
+        cols = (np.arange(rows)[:, None] + offsets) % rows
+    else:
+        # Distinct columns per row, drawn row by row: meant for the small matrices shipped.
+        cols = [np.sort(rng.choice(rows, size=k, replace=False)) for k in lengths]
+    indices = np.concatenate([np.sort(c) for c in cols])
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    values = np.round(rng.standard_normal(indices.size), 3)
+    return sp.csr_matrix((values, indices, indptr), shape=(rows, rows))
+
+
+def make_matrices(folder: "str | Path", seed: int = SHIPPED_SEED) -> dict[str, dict[str, float]]:
+    """Write the shipped matrices into ``folder`` (one seeded generator for all four); return their row statistics."""
+    import scipy.io
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    stats = {}
+    for kind in KINDS:
+        matrix = make_matrix(kind, SHIPPED_ROWS, SHIPPED_MEAN, rng)
+        scipy.io.mmwrite(str(folder / f"{kind}.mtx"), matrix, precision=3,
+                         comment=f" {kind} row lengths: python tools/make_matrices.py (seed {seed})")
+        stats[kind] = row_statistics(matrix)
+    return stats
+
+
+def statistics_table(stats: dict[str, dict[str, float]]) -> str:
+    """Row statistics as a Markdown table."""
+    lines = ["| matrix | rows | nonzeros | mean per row | variance | CV | min | max |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, s in stats.items():
+        lines.append(f"| `{name}` | {s['rows']} | {s['nnz']} | {s['mean']:.2f} | {s['var']:.1f} | {s['cv']:.2f} "
+                     f"| {s['min']} | {s['max']} |")
+    return "\n".join(lines)
+
+
+class SpMV(ProgramWorkload):
+    """SpMV in an iterative solver: ``iters`` loops over the rows, ``row_ns`` plus ``nnz_ns`` per nonzero each."""
+
+    name = "spmv"
+    summary = "iters loops over a matrix's rows, row_ns + nnz_ns x the row's nonzeros each"
+    PARAMS = {"matrix": Param("matrix", str, "lognormal",
+                              help="a shipped matrix (" + ", ".join(KINDS) + ") or a Matrix Market file"),
+              "iters": Param("iters", int, 10, lambda v: v >= 1, ">= 1", help="solver iterations (loops)"),
+              "row_ns": Param("row_ns", float, 5.0, lambda v: v >= 0, ">= 0", help="per row"),
+              "nnz_ns": Param("nnz_ns", float, 2.0, lambda v: v >= 0, ">= 0", help="per nonzero")}
+
+    def loop_costs(self, rng):
+        lengths = np.diff(read_matrix(self.params["matrix"]).indptr)
+        cost = self.params["row_ns"] + self.params["nnz_ns"] * lengths
+        return [cost] * self.params["iters"]

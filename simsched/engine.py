@@ -78,7 +78,7 @@ class Simulation:
                          if any(loop.data is not None for loop in self.loops) else None)
         self._chunks = ChunkLog([loop.n for loop in self.loops], self.keep_chunks,
                                 chunk_limit() if self.keep_chunks else None, program=len(self.program))
-        check_total(sum(loop.total for loop in self.loops),
+        check_total(sum(loop.total + loop.serial_ns for loop in self.loops),
                     "the iteration costs of all the program's loops (repeats and nested loops included)")
 
     # Workers index the memory's latency rows by worker number, since worker w sits on cores[w].
@@ -100,6 +100,12 @@ class Simulation:
         self.time[state][worker] += self.env.now - since
         if self.segments is not None and self.env.now > since:
             self.segments.append((worker, state, since, self.env.now))
+
+    def serial_code(self, worker: int, index: int):
+        """``worker`` runs the sequential code before program loop ``index`` (a process step; none without it)."""
+        ns = self.loops[index].serial_ns
+        if ns > 0:  # no zero-length step: a program without serial code keeps its exact event sequence
+            yield self.wait(worker, "compute", self.env.now + ns)
 
     def run_chunks(self, worker: int, loop: int, ranges, start: float) -> float:
         """Record ``worker`` running the iteration ranges back to back from ``start``; return the end time."""
@@ -215,8 +221,11 @@ class Simulation:
             busy = sum(self.time[s][w] for s in STATES if s != "idle")
             idle[w] = max(makespan - busy, 0.0)
         self._chunks.finish()
-        sequential = sum(loop.total for loop in self.loops) + self.sequential_memory_ns()
+        serial = sum(self.loops[index].serial_ns for index in self.program)
+        sequential = sum(loop.total for loop in self.loops) + serial + self.sequential_memory_ns()
         ends = [self.loop_end[index] for index in self.program]
+        # A program loop's time runs from the end of its serial code (the previous loop's end plus it) to its end.
+        loop_ns = np.diff([0.0] + ends) - [self.loops[index].serial_ns for index in self.program]
         return Result(
             machine=self.machine.name,
             scheduler=scheduler.spec,
@@ -228,7 +237,8 @@ class Simulation:
             state_ns={s: np.asarray(v) for s, v in self.time.items()},
             chunks=self._chunks,
             counters=dict(sorted(self.counters.items())),
-            loop_ns=list(np.diff([0.0] + ends)),
+            loop_ns=[float(x) for x in loop_ns],
+            serial_ns=serial,
             events=next(env._eid),  # SimPy numbers every scheduled event
             segments=None if self.segments is None else segment_table(self.segments, makespan),
             affinity=self._chunks.affinity.result() if self._chunks.affinity is not None else None,

@@ -31,6 +31,8 @@ class Result:
     chunks: InitVar[Any]
     counters: dict[str, int]
     loop_ns: list[float] = field(default_factory=list)
+    # The program's sequential code outside its loops (each loop's serial_ns), run by the master.
+    serial_ns: float = 0.0
     events: int = 0
     repeat: int = 1
     # Every worker's states over time (SEGMENT_COLUMNS), recorded only when a timeline was asked for;
@@ -91,6 +93,7 @@ class Result:
             "chunks": self.chunk_count,
             "repeat": self.repeat,
             "loop_ns": [float(x) for x in self.loop_ns],
+            "serial_ns": float(self.serial_ns),
             "events": self.events,
             "affinity": self.affinity,
         }

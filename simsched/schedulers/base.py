@@ -60,6 +60,7 @@ class ForkJoin(Scheduler):
     def worker(self, sim, w: int):
         for index in range(len(sim.loops)):
             if w == 0:
+                yield from sim.serial_code(0, index)
                 self.prepare(sim, index)
                 t = sim.env.now + sim.costs["loop_setup"]
                 t = sim.memory.store(self.descriptor, 0, index, at=t)

@@ -127,6 +127,7 @@ class CilkFineGrain(WorkStealing):
     def master(self, sim):
         env = sim.env
         for index in range(len(sim.loops)):
+            yield from sim.serial_code(0, index)
             t = sim.memory.store(self.descriptor, 0, index, at=env.now + sim.costs["loop_setup"])
             while self.sleepers:
                 self.wake(sim, t)

@@ -183,6 +183,7 @@ class LoopTasks(Scheduler):
     def run_loop(self, sim, w: int, index: int):
         """``w`` starts loop ``index`` as a task, runs it, and helps until every part of it is done."""
         join = Join(sim, index, w)
+        yield from sim.serial_code(w, index)
         t = sim.env.now + sim.costs["loop_setup"]
         yield sim.wait(w, "schedule", t)
         yield from self.start(sim, w, join)
@@ -716,6 +717,7 @@ class Offload(LoopTasks):
         # Each creator is handed its share of iterations directly.
         join = Join(sim, index, w)
         n, creators = sim.loops[index].n, self.creators(sim)
+        yield from sim.serial_code(w, index)
         t = sim.env.now + sim.costs["loop_setup"]
         for c in range(creators):
             lo, hi = block(n, creators, c)
@@ -770,7 +772,8 @@ class CellSs(LoopTasks):
         self.handed = 0             # iterations of that loop handed out
         self.join = Join(sim, sim.program[0], 0)
         self.loop_started = sim.env.event()
-        self.master_free = sim.costs["loop_setup"]   # when the master is free for the next request
+        # When the master (the PPE, not a worker) is free for the next request: after the serial code and set-up.
+        self.master_free = sim.loops[sim.program[0]].serial_ns + sim.costs["loop_setup"]
 
     def worker(self, sim, w: int):
         while not self.finished:
@@ -813,6 +816,7 @@ class CellSs(LoopTasks):
             fire_at(sim.env, self.done, now)
         else:
             self.join, self.handed = Join(sim, sim.program[self.position], 0), 0
-            self.master_free = max(self.master_free, now) + sim.costs["loop_setup"]
+            self.master_free = (max(self.master_free, now) + sim.loops[self.join.loop].serial_ns
+                                + sim.costs["loop_setup"])
         started, self.loop_started = self.loop_started, sim.env.event()
         fire_at(sim.env, started, now)

@@ -22,6 +22,7 @@ from ..spec import Param
 from .base import STEALING_COUNTERS, Scheduler, default_grain
 
 RANGE = "range"  # deque item (RANGE, lo, hi, frame): iterations [lo, hi) of frame's loop
+NEXT_LOOP = ("next loop",)  # the work of a worker that finished a loop: start the program's next one
 
 
 class Frame:
@@ -72,9 +73,13 @@ class WorkStealing(Scheduler):
 
     # -- the worker ---------------------------------------------------------------------
     def worker(self, sim, w: int):
-        work = self.begin_loop(sim, w, sim.env.now) if w == 0 else None
+        work = NEXT_LOOP if w == 0 else None
         failures = 0
         while not self.finished:
+            if work is NEXT_LOOP:
+                # The program's sequential code before the loop runs on the worker that reached it.
+                yield from sim.serial_code(w, self.next_loop)
+                work = self.begin_loop(sim, w, sim.env.now)
             if work is not None:
                 work = yield from self.strand(sim, w, *work)
                 failures = 0
@@ -162,10 +167,10 @@ class WorkStealing(Scheduler):
         return None, t
 
     def end_loop(self, sim, w: int, root: Frame, t: float):
-        """The loop's root frame is complete: ``w`` continues the program after its sync."""
+        """The loop's root frame is complete: ``w`` continues the program after its sync (NEXT_LOOP, or None)."""
         sim.loop_end[root.loop] = t
         if self.next_loop < len(sim.loops):
-            return self.begin_loop(sim, w, t)
+            return NEXT_LOOP
         self.finished = True
         fire_at(sim.env, self.done, t)
         while self.sleepers:

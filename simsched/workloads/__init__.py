@@ -84,6 +84,18 @@ class Workload:
         p = self.params
         return Footprint(self.bytes_per_iteration(n), p["pattern"], p["placement"], p["data"])
 
+    def footprint_of(self, values, what: str) -> Footprint:
+        """A footprint of bytes per iteration read from a file (``what`` names them), with this workload's data params."""
+        values = np.asarray(values)
+        if values.dtype.kind not in "iu":
+            values = np.asarray(values, dtype=float)
+            if not np.all(np.isfinite(values)) or np.any(values != np.round(values)):
+                raise SimschedError(f"{what} must hold whole numbers >= 0")
+        if np.any(values < 0):
+            raise SimschedError(f"{what} must hold whole numbers >= 0")
+        p = self.params
+        return Footprint(values.astype(np.int64), p["pattern"], p["placement"], p["data"])
+
     def loops(self, rng: np.random.Generator) -> list[Loop]:
         """The loops this workload puts in a program: one, unless the workload is a loop nest or a sequence."""
         costs = self.costs(rng)
@@ -184,11 +196,7 @@ class FileCosts(Workload):
     def footprint(self, n):
         if self.file_bytes is None:
             return super().footprint(n)
-        p = self.params
-        values = np.asarray(self.file_bytes, dtype=float)
-        if not np.all(np.isfinite(values)) or np.any(values < 0) or np.any(values != np.round(values)):
-            raise SimschedError(f"workload file: {p['path']}: the bytes column must hold whole numbers >= 0")
-        return Footprint(values.astype(np.int64), p["pattern"], p["placement"], p["data"])
+        return self.footprint_of(self.file_bytes, f"workload file: {self.params['path']}: the bytes column")
 
     def generate(self, rng):
         path = Path(self.params["path"])
@@ -348,11 +356,12 @@ class ArrayWorkload(Workload):
 
 from .graphs import BFS, ConnectedComponents, PageRank  # noqa: E402 (they subclass Workload, above)
 from .sparse import SpMV  # noqa: E402
+from .trace import Trace  # noqa: E402  (it builds on Workload, above)
 
 REGISTRY: dict[str, type[Workload]] = {
     cls.name: cls for cls in (UForall, Uniform, Normal, Linear, ExpIncreasing, ExpDecreasing, FileCosts,
                               Nested, BlockMatmul, Arrays,
-                              BFS, PageRank, ConnectedComponents, SpMV)
+                              BFS, PageRank, ConnectedComponents, SpMV, Trace)
 }
 
 

@@ -14,7 +14,6 @@ import numpy as np
 
 from ..errors import SimschedError
 
-KERNELS = ("spmv", "bfs", "memory")
 INT32 = 2**31 - 1
 
 
@@ -41,32 +40,6 @@ class Kernel:
         return f"{self.name}:{args}" if args else self.name
 
 
-def read_sparse(path: "str | Path", what: str) -> "scipy.sparse.csr_matrix":  # noqa: F821
-    """A CSR matrix from a Matrix Market file (.mtx) or, for any other suffix, a graph's two-column edge list
-    (vertices 0..max, both directions)."""
-    import scipy.io
-    import scipy.sparse as sp
-
-    path = Path(path)
-    if not path.is_file():
-        raise SimschedError(f"no {what} file {path}")
-    try:
-        if path.suffix.lower() == ".mtx":
-            return sp.csr_matrix(scipy.io.mmread(str(path)))
-        edges = np.loadtxt(path, dtype=np.int64, comments=("#", "%"), ndmin=2)
-    except (ValueError, OSError) as exc:
-        raise SimschedError(f"{what} file {path}: cannot read it ({str(exc).splitlines()[0]})") from None
-    if edges.shape[1] != 2 or not edges.size:
-        raise SimschedError(f"{what} file {path}: an edge list needs two integer columns (u v) on each line")
-    if edges.min() < 0:
-        raise SimschedError(f"{what} file {path}: vertex numbers must be >= 0")
-    n = int(edges.max()) + 1
-    u, v = np.concatenate((edges[:, 0], edges[:, 1])), np.concatenate((edges[:, 1], edges[:, 0]))
-    graph = sp.csr_matrix((np.ones(u.size), (u, v)), shape=(n, n))
-    graph.sum_duplicates()
-    return graph
-
-
 def _csr_arrays(matrix, what: str) -> tuple[bytes, bytes]:
     """The matrix's row pointers (int64) and column indices (int32) as the extension reads them."""
     matrix.sort_indices()
@@ -80,50 +53,39 @@ def spmv(matrix: "str | Path", iters: int = 1) -> Kernel:
     """y = A x with A from ``matrix``: one loop per multiplication, iteration i computes row i."""
     if isinstance(iters, bool) or not isinstance(iters, (int, np.integer)) or not 1 <= iters <= 10_000:
         raise SimschedError(f"--iters must be an integer in [1, 10000], got {iters!r}")
-    a = read_sparse(matrix, "matrix")
-    if a.shape[0] < 1 or a.shape[1] < 1:
-        raise SimschedError(f"matrix file {matrix}: the matrix is empty")
+    from ..workloads.sparse import read_matrix
+
+    a = read_matrix(matrix)
     indptr, indices = _csr_arrays(a, f"matrix file {matrix}")
     x = 1.0 + (np.arange(a.shape[1]) % 10) / 10  # any fixed vector: the work does not depend on it
     csr = (indptr, indices, np.ascontiguousarray(a.data, dtype=np.float64).tobytes(), x.tobytes(), b"",
            int(a.shape[0]))
     return Kernel("spmv", np.array([a.shape[0]], dtype=np.int64), int(iters), csr=csr,
-                  meta={"kernel": "spmv", "matrix": str(Path(matrix).resolve()), "iters": int(iters)})
+                  meta={"kernel": "spmv", "matrix": _input_name(matrix), "iters": int(iters)})
 
 
-def bfs_frontiers(graph, source: int) -> list[np.ndarray]:
-    """The BFS frontiers from ``source`` along the graph's rows (level 0 is the source), each in vertex order."""
-    level = np.full(graph.shape[0], -1, dtype=np.int64)
-    level[source] = 0
-    frontiers = [np.array([source], dtype=np.int64)]
-    while True:
-        reached = graph[frontiers[-1]].indices
-        new = np.unique(reached[level[reached] < 0])
-        if not new.size:
-            return frontiers
-        level[new] = len(frontiers)
-        frontiers.append(new.astype(np.int64))
+def _input_name(path: "str | Path") -> str:
+    """How a recording names its input: the file's absolute path, or a shipped matrix's name as given."""
+    return str(Path(path).resolve()) if Path(path).is_file() else str(path)
 
 
 def bfs(graph: "str | Path", source: int = 0) -> Kernel:
     """BFS from ``source`` level by level, the frontiers computed up front: one loop per level, iteration j
     scans the adjacency of the level's j-th vertex and reads its neighbours' levels (work independent of the
     schedule)."""
-    g = read_sparse(graph, "graph")
-    if g.shape[0] != g.shape[1]:
-        raise SimschedError(f"graph file {graph}: an adjacency matrix must be square, got {g.shape}")
+    from ..workloads.graphs import bfs_levels, read_graph
+
+    g = read_graph(graph)
     n = g.shape[0]
     if isinstance(source, bool) or not isinstance(source, (int, np.integer)) or not 0 <= source < n:
         raise SimschedError(f"--source must be a vertex in [0, {n - 1}], got {source!r}")
-    frontiers = bfs_frontiers(g, int(source))
-    level = np.full(n, -1.0)
-    for depth, frontier in enumerate(frontiers):
-        level[frontier] = depth
-    indptr, indices = _csr_arrays(g, f"graph file {graph}")
-    rows = np.concatenate(frontiers)
-    csr = (indptr, indices, b"", level.tobytes(), rows.tobytes(), int(n))
-    return Kernel("bfs", np.array([f.size for f in frontiers], dtype=np.int64), 1, csr=csr,
-                  meta={"kernel": "bfs", "graph": str(Path(graph).resolve()), "source": int(source)})
+    levels = bfs_levels(g, int(source))
+    reached = np.flatnonzero(levels >= 0)
+    rows = reached[np.argsort(levels[reached], kind="stable")]  # the frontiers in level order, each by vertex
+    indptr, indices = _csr_arrays(g, f"graph {graph}")
+    csr = (indptr, indices, b"", levels.astype(np.float64).tobytes(), rows.astype(np.int64).tobytes(), int(n))
+    return Kernel("bfs", np.bincount(levels[reached]).astype(np.int64), 1, csr=csr,
+                  meta={"kernel": "bfs", "graph": _input_name(graph), "source": int(source)})
 
 
 def memory(n: int, array_bytes: int, pattern: str = "stride", repeat: int = 1, seed: int = 0) -> Kernel:
@@ -153,12 +115,30 @@ def from_meta(meta: dict, where: str) -> Kernel:
     if name is None:
         raise SimschedError(f"{where} names no kernel in its metadata: only a trace recorded by "
                             "simsched native record can be run natively")
-    keys = {"spmv": ("matrix", "iters"), "bfs": ("graph", "source"),
-            "memory": ("n", "array_bytes", "pattern", "repeat", "seed")}
-    if name not in keys:
-        raise SimschedError(f"{where}: unknown kernel {name!r} in its metadata (known: {', '.join(KERNELS)})")
-    missing = [key for key in keys[name] if key not in meta]
+    if name not in OPTIONS:
+        raise SimschedError(f"{where}: unknown kernel {name!r} in its metadata (known: {', '.join(OPTIONS)})")
+    missing = [key for key in OPTIONS[name] if key not in meta]
     if missing:
         raise SimschedError(f"{where}: its {name} kernel metadata lacks {missing[0]!r}")
-    args = {key: meta[key] for key in keys[name]}
+    return from_options(name, {key: meta[key] for key in OPTIONS[name]})
+
+
+# The options each kernel takes on the command line (``native record``), with their defaults.
+OPTIONS = {"spmv": {"matrix": None, "iters": 1}, "bfs": {"graph": None, "source": 0},
+           "memory": {"n": 4096, "array_bytes": None, "pattern": "stride", "repeat": 1, "seed": 0}}
+
+
+def from_options(name: str, given: dict) -> Kernel:
+    """The kernel ``name`` with the options given (those not None); refuses options it does not take."""
+    if name not in OPTIONS:
+        raise SimschedError(f"unknown kernel {name!r} (known: {', '.join(OPTIONS)})")
+    given = {key: value for key, value in given.items() if value is not None}
+    foreign = [key for key in given if key not in OPTIONS[name]]
+    if foreign:
+        raise SimschedError(f"--{foreign[0].replace('_', '-')} does not apply to the {name} kernel (it takes "
+                            + ", ".join("--" + key.replace("_", "-") for key in OPTIONS[name]) + ")")
+    args = {**OPTIONS[name], **given}
+    missing = [key for key, value in args.items() if value is None]
+    if missing:
+        raise SimschedError(f"the {name} kernel needs --{missing[0].replace('_', '-')}")
     return {"spmv": spmv, "bfs": bfs, "memory": memory}[name](**args)

@@ -52,14 +52,19 @@ def _pass_ns(kernel: Kernel, timeout_s: float) -> float:
     return float(sum(result.loop_ns[kernel.sizes.size:])) / costs.size
 
 
+def check_counts(block: int | None, samples: int) -> tuple[int | None, int]:
+    """``--block`` (None: chosen) and ``--samples``, checked."""
+    if block is not None:
+        block = _check_integer("--block", block, 1, 2**31 - 1)
+    return block, _check_integer("--samples", samples, 1, 1000)
+
+
 def record(kernel: Kernel, block: int | None = None, samples: int = 5,
            timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[list, dict]:
     """Time ``kernel``'s loops on one thread after a warm pass: per loop, each block's median ns over ``samples``
     timed passes; and the metadata."""
     require()
-    samples = _check_integer("--samples", samples, 1, 1000)
-    if block is not None:
-        block = _check_integer("--block", block, 1, 2**31 - 1)
+    block, samples = check_counts(block, samples)
     timer = empty_block_ns(timeout_s)
     k = block or choose_block(timer, _pass_ns(kernel, timeout_s))
     costs = np.zeros(int(kernel.sizes.sum()))

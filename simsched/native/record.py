@@ -27,6 +27,7 @@ from .kernels import Kernel
 # A block lasts at least this many empty blocks: the timer's share of its span is at most 1/BLOCK_SPANS.
 BLOCK_SPANS = 20
 EMPTY_BLOCKS = 20000
+PROBE_BLOCK = 256
 SUFFIXES = (".parquet", ".csv", ".npz")
 
 
@@ -44,12 +45,15 @@ def choose_block(timer_ns: float, iteration_ns: float) -> int:
     return max(1, math.ceil(BLOCK_SPANS * timer_ns / iteration_ns))
 
 
-def _pass_ns(kernel: Kernel, timeout_s: float) -> float:
-    """The mean time of one iteration over a warm pass of the program (one thread, one chunk per loop)."""
+def iteration_ns(kernel: Kernel, empty_ns: float, timeout_s: float = DEFAULT_TIMEOUT_S) -> float:
+    """The time of one iteration: over a warm pass of the program in blocks of PROBE_BLOCK, the median over
+    blocks of a block's span less an empty one's, per iteration (a median, so a preempted block does not count)."""
     costs = np.zeros(int(kernel.sizes.sum()))
-    result, _ = execute(get_scheduler("omp-static"), kernel.spec, 1, costs, kernel.sizes, 2, timeout_s=timeout_s,
-                        memory=kernel.memory, csr=kernel.csr)
-    return float(sum(result.loop_ns[kernel.sizes.size:])) / costs.size
+    result, _ = execute(get_scheduler(f"omp-static:chunk={PROBE_BLOCK}"), kernel.spec, 1, costs, kernel.sizes, 2,
+                        timeout_s=timeout_s, memory=kernel.memory, csr=kernel.csr)
+    timed = result.chunks[result.chunks["loop"] >= kernel.sizes.size]
+    spans = (timed["end"] - timed["start"]).to_numpy() - empty_ns
+    return max(float(np.median(spans / (timed["hi"] - timed["lo"]).to_numpy())), 0.0)
 
 
 def check_counts(block: int | None, samples: int) -> tuple[int | None, int]:
@@ -66,7 +70,7 @@ def record(kernel: Kernel, block: int | None = None, samples: int = 5,
     require()
     block, samples = check_counts(block, samples)
     timer = empty_block_ns(timeout_s)
-    k = block or choose_block(timer, _pass_ns(kernel, timeout_s))
+    k = block or choose_block(timer, iteration_ns(kernel, timer, timeout_s))
     costs = np.zeros(int(kernel.sizes.sum()))
     program = kernel.sizes.size
     result, _ = execute(get_scheduler(f"omp-static:chunk={k}"), kernel.spec, 1, costs, kernel.sizes,

@@ -13,8 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SimschedError
-
-INT32 = 2**31 - 1
+from . import INT32
 
 
 @dataclass

@@ -321,9 +321,11 @@ def validate_trace(workload: str, machine=HOST_MACHINE_FILE, threads: int | None
 
 def format_trace_validation(table: pd.DataFrame) -> str:
     """The table of :func:`validate_trace`, then the median |error| over its schedulers."""
-    lines = [f"{'scheduler':<14} {'native ms':>10} {'simulated ms':>13} {'error':>8}"]
+    lines = [f"{'scheduler':<14} {'native ms':>10} {'(min - max)':>19} {'simulated ms':>13} {'error':>8}"]
     for row in table.itertuples(index=False):
-        lines.append(f"{row.scheduler:<14} {row.native_ms:10.3f} {row.sim_ms:13.3f} {100 * row.error:+7.1f}%")
+        spread = f"({row.native_min_ms:.3f} - {row.native_max_ms:.3f})"
+        lines.append(f"{row.scheduler:<14} {row.native_ms:10.3f} {spread:>19} {row.sim_ms:13.3f} "
+                     f"{100 * row.error:+7.1f}%")
     if len(table):
         lines.append(f"{table['kernel'].iloc[0]} on {table['threads'].iloc[0]} thread(s), recorded in blocks of "
                      f"{table['block'].iloc[0]}; native: median of the passes after a warm one")

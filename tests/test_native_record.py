@@ -137,16 +137,19 @@ def test_validate_runs_a_recorded_trace_natively_and_simulated(matrix, tmp_path)
                 "--workload", f"trace:path={out}", "--json")
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
-    assert [row["scheduler"] for row in rows] == list(native.NATIVE)
+    assert [(row["scheduler"], row["threads"], row["control"]) for row in rows] == (
+        [("omp-static", 1, True)] + [(name, THREADS, False) for name in native.NATIVE])
     for row in rows:
         assert row["native_ms"] > 0 and row["sim_ms"] > 0
         assert row["error"] == pytest.approx((row["sim_ms"] - row["native_ms"]) / row["native_ms"])
     from simsched.native.validate import format_trace_validation
 
     text = format_trace_validation(pd.DataFrame(rows))
-    median = np.median([abs(row["error"]) for row in rows])
-    assert text.splitlines()[-1] == f"median |error|: {100 * median:.1f}%"
-    assert text.splitlines()[1].split()[0] == "omp-static"
+    median = np.median([abs(row["error"]) for row in rows[1:]])  # over the schedulers, not the control
+    lines = text.splitlines()
+    assert lines[-2] == f"median |error|: {100 * median:.1f}%"
+    assert lines[-1].startswith("control, omp-static on 1 thread as recorded")
+    assert [line.split()[0] for line in lines[1:1 + len(native.NATIVE)]] == list(native.NATIVE)
 
 
 @needs_native

@@ -305,23 +305,29 @@ def validate_trace(workload: str, machine=HOST_MACHINE_FILE, threads: int | None
     costs = recorded_costs(path, kernel, block)
     zeros = np.zeros(int(kernel.sizes.sum()))
     loops = len(kernel.loop_sizes)
-    rows = []
-    for name in schedulers or list(NATIVE):
-        measured, _ = execute(get_scheduler(name), kernel.spec, threads, zeros, kernel.sizes,
+
+    def compare(name: str, workers: int, control: bool) -> dict:
+        measured, _ = execute(get_scheduler(name), kernel.spec, workers, zeros, kernel.sizes,
                               kernel.passes * (repeat + 1), memory=kernel.memory, csr=kernel.csr)
         passes = np.asarray(measured.loop_ns).reshape(repeat + 1, loops).sum(axis=1)[1:]  # the first is warm-up
-        simulated = float(sum(simulate_program(model, name, costs, threads).loop_ns))
+        simulated = float(sum(simulate_program(model, name, costs, workers).loop_ns))
         native_ns = float(np.median(passes))
-        rows.append({"scheduler": name, "threads": threads, "kernel": kernel.spec, "block": block,
-                     "native_ms": native_ns / 1e6, "native_min_ms": float(passes.min()) / 1e6,
-                     "native_max_ms": float(passes.max()) / 1e6, "sim_ms": simulated / 1e6,
-                     "error": (simulated - native_ns) / native_ns})
+        return {"scheduler": name, "threads": workers, "control": control, "kernel": kernel.spec, "block": block,
+                "native_ms": native_ns / 1e6, "native_min_ms": float(passes.min()) / 1e6,
+                "native_max_ms": float(passes.max()) / 1e6, "sim_ms": simulated / 1e6,
+                "error": (simulated - native_ns) / native_ns}
+
+    # The control: one thread, as recorded; its error is how far this host's speed now is from the recording's.
+    rows = [compare("omp-static", 1, True)]
+    rows += [compare(name, threads, False) for name in schedulers or list(NATIVE)]
     return pd.DataFrame(rows)
 
 
 def format_trace_validation(table: pd.DataFrame) -> str:
-    """The table of :func:`validate_trace`, then the median |error| over its schedulers."""
+    """The table of :func:`validate_trace`, then the median |error| over its schedulers, then the control."""
     lines = [f"{'scheduler':<14} {'native ms':>10} {'(min - max)':>19} {'simulated ms':>13} {'error':>8}"]
+    control = table[table["control"]]
+    table = table[~table["control"]]
     for row in table.itertuples(index=False):
         spread = f"({row.native_min_ms:.3f} - {row.native_max_ms:.3f})"
         lines.append(f"{row.scheduler:<14} {row.native_ms:10.3f} {spread:>19} {row.sim_ms:13.3f} "
@@ -330,4 +336,7 @@ def format_trace_validation(table: pd.DataFrame) -> str:
         lines.append(f"{table['kernel'].iloc[0]} on {table['threads'].iloc[0]} thread(s), recorded in blocks of "
                      f"{table['block'].iloc[0]}; native: median of the passes after a warm one")
         lines.append(f"median |error|: {100 * float(table['error'].abs().median()):.1f}%")
+    for row in control.itertuples(index=False):
+        lines.append(f"control, omp-static on 1 thread as recorded: native {row.native_ms:.3f} ms, simulated "
+                     f"{row.sim_ms:.3f} ms ({100 * row.error:+.1f}%: this host's speed now against the recording's)")
     return "\n".join(lines)

@@ -221,11 +221,14 @@ def run(scheduler, workload, threads: int, seed: int = 0, repeat: int = 1,
 
 def execute(sched, workload: str, threads: int, costs: np.ndarray, sizes, repeat: int, seed: int = 0,
             timeout_s: float = DEFAULT_TIMEOUT_S, memory: tuple = (), csr: tuple = (),
-            timeline: bool = False) -> tuple[Result, bytes]:
+            timeline: bool = False, plan: tuple | None = None) -> tuple[Result, bytes]:
     """Run a program of loops of ``sizes`` iterations (``costs`` for all of them, in order) ``repeat`` times
     under the scheduler object ``sched``; each iteration runs the memory kernel (``memory``: :func:`kernel`'s
     arguments) or the CSR-row kernel (``csr``), then busy-waits its cost. Returns the Result and the CSR
     kernel's outputs (empty without it).
+
+    With ``plan`` = (int64 (loop, lo, hi) rows by worker, int64 offsets of each worker's first row, P + 1),
+    the workers run exactly those chunks in that order instead, loop by loop between full barriers.
     """
     cpus = check_threads(threads)
     sizes = np.ascontiguousarray(sizes, dtype=np.int64)
@@ -234,9 +237,13 @@ def execute(sched, workload: str, threads: int, costs: np.ndarray, sizes, repeat
     loops = _check_integer("loops", int(repeat) * sizes.size, 1, MAX_REPEAT)
     share, barrier, fork_full, join_full, chunk = native_config(sched, int(sizes.max()), threads)
     memory = memory or (b"", "stride", 8, 0, 0)  # the extension's defaults: no memory kernel
+    rows, offsets = b"", b""
+    if plan is not None:
+        share, barrier, fork_full, join_full, chunk = "replay", "tree", True, True, 0
+        rows, offsets = (np.ascontiguousarray(part, dtype=np.int64).tobytes() for part in plan)
     try:
         trace = _native.run(np.ascontiguousarray(costs, dtype=np.float64).tobytes(), loops, list(cpus), share,
-                            barrier, fork_full, join_full, chunk, float(_check_timeout(timeout_s)), b"", b"",
+                            barrier, fork_full, join_full, chunk, float(_check_timeout(timeout_s)), rows, offsets,
                             float(sched.params.get("eps", 0.33)), bool(timeline), *memory, sizes.tobytes(),
                             tuple(csr))
     except TimeoutError as exc:  # the watchdog stopped the threads

@@ -1,8 +1,10 @@
 """Recorded traces: a real kernel run on one thread of this host, timed iteration by iteration or block by block.
 
-The recording is a native run of ``omp-static:chunk=k`` on one thread: every chunk (a block of
-k iterations, k = 1 where the timer is small beside an iteration) is timed by the runtime as
-any chunk is, so recordings and native runs share one loop body. The span the runtime measures
+The recording is a native run in which one worker runs every block of k iterations in order
+(k = 1 where the timer is small beside an iteration), each block a chunk the runtime times as
+it times any chunk, so recordings and native runs share one loop body. The other CPUs' workers
+wait at the loops' barriers meanwhile: they hold their CPUs, so other jobs on this machine do
+not share the recording worker's core or caches, as no other job does in a native run. The span the runtime measures
 around a block holds, besides its iterations, part of the two clock reads that bound it: the
 span of an empty block, measured first, is taken off every block. A first, untimed pass of
 the kernel warms caches and faults pages in; ``samples`` timed passes follow, and each block's
@@ -21,7 +23,7 @@ import numpy as np
 from ..errors import SimschedError
 from ..output import check_output
 from ..schedulers import get_scheduler
-from . import DEFAULT_TIMEOUT_S, _check_integer, execute, require
+from . import DEFAULT_TIMEOUT_S, _check_integer, cores, execute, require
 from .kernels import Kernel
 
 # A block lasts at least this many empty blocks: the timer's share of its span is at most 1/BLOCK_SPANS.
@@ -31,11 +33,20 @@ PROBE_BLOCK = 256
 SUFFIXES = (".parquet", ".csv", ".npz")
 
 
+def run_alone(kernel: Kernel, k: int, repeat: int, timeout_s: float = DEFAULT_TIMEOUT_S):
+    """The chunk table of ``repeat`` passes of ``kernel``'s program, worker 0 running every block of k in order."""
+    threads = len(cores())
+    sizes = [int(n) for n in kernel.sizes]
+    result, _ = execute(get_scheduler("omp-static"), kernel.spec, threads, np.zeros(sum(sizes)), kernel.sizes,
+                        repeat, timeout_s=timeout_s, memory=kernel.memory, csr=kernel.csr,
+                        plan=alone(sizes * repeat, k, threads))
+    return result.chunks.sort_values(["loop", "lo"], kind="stable")
+
+
 def empty_block_ns(timeout_s: float = DEFAULT_TIMEOUT_S) -> float:
-    """The median span the runtime measures around a block of no work on one thread: the timer's own share."""
-    result, _ = execute(get_scheduler("omp-static:chunk=1"), "empty", 1, np.zeros(EMPTY_BLOCKS), [EMPTY_BLOCKS], 1,
-                        timeout_s=timeout_s)
-    return float(np.median((result.chunks["end"] - result.chunks["start"]).to_numpy()))
+    """The median span the runtime measures around a block of no work: the timer's own share."""
+    chunks = run_alone(Kernel("empty", np.array([EMPTY_BLOCKS])), 1, 1, timeout_s)
+    return float(np.median((chunks["end"] - chunks["start"]).to_numpy()))
 
 
 def choose_block(timer_ns: float, iteration_ns: float) -> int:
@@ -48,10 +59,8 @@ def choose_block(timer_ns: float, iteration_ns: float) -> int:
 def iteration_ns(kernel: Kernel, empty_ns: float, timeout_s: float = DEFAULT_TIMEOUT_S) -> float:
     """The time of one iteration: over a warm pass of the program in blocks of PROBE_BLOCK, the median over
     blocks of a block's span less an empty one's, per iteration (a median, so a preempted block does not count)."""
-    costs = np.zeros(int(kernel.sizes.sum()))
-    result, _ = execute(get_scheduler(f"omp-static:chunk={PROBE_BLOCK}"), kernel.spec, 1, costs, kernel.sizes, 2,
-                        timeout_s=timeout_s, memory=kernel.memory, csr=kernel.csr)
-    timed = result.chunks[result.chunks["loop"] >= kernel.sizes.size]
+    chunks = run_alone(kernel, PROBE_BLOCK, 2, timeout_s)
+    timed = chunks[chunks["loop"] >= kernel.sizes.size]
     spans = (timed["end"] - timed["start"]).to_numpy() - empty_ns
     return max(float(np.median(spans / (timed["hi"] - timed["lo"]).to_numpy())), 0.0)
 
@@ -71,12 +80,8 @@ def record(kernel: Kernel, block: int | None = None, samples: int = 5,
     block, samples = check_counts(block, samples)
     timer = empty_block_ns(timeout_s)
     k = block or choose_block(timer, iteration_ns(kernel, timer, timeout_s))
-    costs = np.zeros(int(kernel.sizes.sum()))
-    program = kernel.sizes.size
-    result, _ = execute(get_scheduler(f"omp-static:chunk={k}"), kernel.spec, 1, costs, kernel.sizes,
-                        1 + samples * kernel.passes, timeout_s=timeout_s, memory=kernel.memory, csr=kernel.csr)
-    chunks = result.chunks.sort_values(["loop", "lo"], kind="stable")
-    chunks = chunks[chunks["loop"] >= program]  # the warm pass is not recorded
+    chunks = run_alone(kernel, k, 1 + samples * kernel.passes, timeout_s)
+    chunks = chunks[chunks["loop"] >= kernel.sizes.size]  # the warm pass is not recorded
     blocks = [block_sizes(int(n), k).size for n in kernel.loop_sizes]
     # One row per timed pass of the whole recording, its blocks in program order.
     passes = (chunks["end"] - chunks["start"]).to_numpy().reshape(samples, sum(blocks))
@@ -101,6 +106,14 @@ def write(out: Path, loops: list, meta: dict) -> Path:
     from ..workloads.trace import write_trace
 
     return write_trace(out, loops, metadata=meta)
+
+
+def alone(sizes: list[int], k: int, threads: int) -> tuple[np.ndarray, np.ndarray]:
+    """A plan giving worker 0 every block of k iterations of loops of ``sizes``, in order; the others none."""
+    rows = np.concatenate([np.column_stack((np.full(-(-n // k), loop), np.arange(0, n, k),
+                                            np.minimum(np.arange(0, n, k) + k, n)))
+                           for loop, n in enumerate(sizes)])
+    return rows, np.array([0] + [len(rows)] * threads, dtype=np.int64)
 
 
 def block_sizes(n: int, k: int) -> np.ndarray:

@@ -123,6 +123,27 @@ def build_parser() -> argparse.ArgumentParser:
                             help="instead, E3's locality benchmark: arrays over working sets sized by the "
                                  "machine file's caches, omp-static, omp-dynamic and hybrid")
     native_val.add_argument("--n", type=_integer, help="--locality: iterations per loop (default 4096)")
+    native_val.add_argument("--workload", metavar="trace:path=FILE",
+                            help="instead, a trace recorded by native record: its kernel natively under each "
+                                 "scheduler against its recorded costs simulated")
+    native_rec = native_sub.add_parser("record", help="time a real kernel on one thread of this machine, "
+                                                      "iteration by iteration, into a program trace")
+    native_rec.add_argument("kernel", help="spmv (--matrix), bfs (--graph) or memory (--array-bytes)")
+    native_rec.add_argument("--out", required=True, metavar="FILE", help="the trace: .parquet, .csv or .npz")
+    native_rec.add_argument("--matrix", help="spmv: a Matrix Market file, or a shipped matrix's name")
+    native_rec.add_argument("--iters", type=_integer, help="spmv: multiplications, one loop each (default 1)")
+    native_rec.add_argument("--graph", help="bfs: an edge list or Matrix Market file")
+    native_rec.add_argument("--source", type=_integer, help="bfs: the source vertex (default 0)")
+    native_rec.add_argument("--n", type=_integer, help="memory: iterations (default 4096)")
+    native_rec.add_argument("--array-bytes", type=_integer, help="memory: bytes of each iteration's array")
+    native_rec.add_argument("--pattern", help="memory: stride (default), stream or random")
+    native_rec.add_argument("--repeat", type=_integer, help="memory: loops over the same arrays (default 1)")
+    native_rec.add_argument("--seed", type=_integer, help="memory: seed of the random pattern's cycles (default 0)")
+    native_rec.add_argument("--block", type=_integer, help="time blocks of this many iterations (default: "
+                                                           "chosen from the timer's cost)")
+    native_rec.add_argument("--samples", type=_integer, default=5,
+                            help="timed passes; each block's cost is its median (default 5)")
+    native_rec.add_argument("--timeout", type=float, default=60.0, help="stop the thread after this many s")
     native_cal = native_sub.add_parser("calibrate", help="measure this machine into a machine file")
     native_cal.add_argument("--out", default=HOST_MACHINE_FILE, help=f"machine file (default {HOST_MACHINE_FILE})")
     native_cal.add_argument("--threads", type=_integer, help="CPUs to measure (default: all available)")
@@ -389,7 +410,7 @@ def cmd_native(args) -> int:
     from . import native
 
     if args.native_command is None:
-        raise SimschedError("native needs a command: run, replay, validate or calibrate")
+        raise SimschedError("native needs a command: run, replay, validate, calibrate or record")
     native.require()
     if args.native_command == "calibrate":
         from .native.calibrate import calibrate
@@ -402,9 +423,13 @@ def cmd_native(args) -> int:
         return 0
     if args.native_command == "replay":
         return _native_replay(args)
+    if args.native_command == "record":
+        return _native_record(args)
     if args.native_command == "validate":
         from .native.validate import check_machine_file, format_validation, validate
 
+        if args.workload is not None:
+            return _native_validate_trace(args)
         if args.locality:
             return _native_validate_locality(args)
         if args.n is not None:
@@ -438,6 +463,36 @@ def cmd_native(args) -> int:
         print(json.dumps({**result.to_dict(), **native.summary(result)}))
     else:
         print(native.report(result))
+    return 0
+
+
+def _native_record(args) -> int:
+    from .native import kernels, record
+
+    out = record.check_out(args.out)
+    record.check_counts(args.block, args.samples)
+    options = {key: getattr(args, key) for key in ("matrix", "iters", "graph", "source", "n", "array_bytes",
+                                                   "pattern", "repeat", "seed")}
+    kernel = kernels.from_options(args.kernel, options)
+    loops, meta = record.record(kernel, args.block, args.samples, args.timeout)
+    record.write(out, loops, meta)
+    total = sum(float(loop.sum()) for loop in loops)
+    print(f"{kernel.spec}: {len(loops)} loop(s), {sum(kernel.loop_sizes)} iterations in blocks of {meta['block']}, "
+          f"{total / 1e6:.3f} ms recorded -> {out}")
+    return 0
+
+
+def _native_validate_trace(args) -> int:
+    from .native.validate import check_machine_file, format_trace_validation, validate_trace
+
+    if args.locality or args.points is not None or args.no_openmp or args.n is not None:
+        raise SimschedError("--workload validates a recorded trace; --locality, --points, --no-openmp and --n "
+                            "belong to the other validations")
+    table = validate_trace(args.workload, check_machine_file(args.machine), args.threads, args.repeat)
+    if args.json:
+        print(table.to_json(orient="records"))
+    else:
+        print(format_trace_validation(table))
     return 0
 
 

@@ -209,26 +209,52 @@ def run(scheduler, workload, threads: int, seed: int = 0, repeat: int = 1,
     require()
     sched = get_scheduler(scheduler)
     native_config(sched)
-    cpus = check_threads(threads)
+    check_threads(threads)
     repeat = _check_integer("repeat", repeat, 1, MAX_REPEAT)
     timeout_s = _check_timeout(timeout_s)
     spec = get_workload(workload)
     costs, footprint, rng = _program(spec, seed)
     memory = kernel(_footprint(spec, footprint, costs.size, array_bytes), rng)
-    share, barrier, fork_full, join_full, chunk = native_config(sched, costs.size, threads)
+    return execute(sched, spec.spec, threads, costs, [costs.size], repeat, seed=seed, timeout_s=timeout_s,
+                   memory=memory, timeline=timeline)[0]
+
+
+def execute(sched, workload: str, threads: int, costs: np.ndarray, sizes, repeat: int, seed: int = 0,
+            timeout_s: float = DEFAULT_TIMEOUT_S, memory: tuple = (), csr: tuple = (),
+            timeline: bool = False, plan: tuple | None = None) -> tuple[Result, bytes]:
+    """Run a program of loops of ``sizes`` iterations (``costs`` for all of them, in order) ``repeat`` times
+    under the scheduler object ``sched``; each iteration runs the memory kernel (``memory``: :func:`kernel`'s
+    arguments) or the CSR-row kernel (``csr``), then busy-waits its cost. Returns the Result and the CSR
+    kernel's outputs (empty without it).
+
+    With ``plan`` = (int64 (loop, lo, hi) rows by worker, int64 offsets of each worker's first row, P + 1),
+    the workers run exactly those chunks in that order instead, loop by loop between full barriers.
+    """
+    cpus = check_threads(threads)
+    sizes = np.ascontiguousarray(sizes, dtype=np.int64)
+    if sizes.sum() != costs.size:
+        raise ExecutionError(f"loops of {int(sizes.sum())} iterations in all, but {costs.size} costs")
+    loops = _check_integer("loops", int(repeat) * sizes.size, 1, MAX_REPEAT)
+    share, barrier, fork_full, join_full, chunk = native_config(sched, int(sizes.max()), threads)
+    memory = memory or (b"", "stride", 8, 0, 0)  # the extension's defaults: no memory kernel
+    rows, offsets = b"", b""
+    if plan is not None:
+        share, barrier, fork_full, join_full, chunk = "replay", "tree", True, True, 0
+        rows, offsets = (np.ascontiguousarray(part, dtype=np.int64).tobytes() for part in plan)
     try:
-        trace = _native.run(costs.tobytes(), int(repeat), list(cpus), share, barrier, fork_full, join_full,
-                            chunk, float(timeout_s), b"", b"", float(sched.params.get("eps", 0.33)),
-                            bool(timeline), *memory)
+        trace = _native.run(np.ascontiguousarray(costs, dtype=np.float64).tobytes(), loops, list(cpus), share,
+                            barrier, fork_full, join_full, chunk, float(_check_timeout(timeout_s)), rows, offsets,
+                            float(sched.params.get("eps", 0.33)), bool(timeline), *memory, sizes.tobytes(),
+                            tuple(csr))
     except TimeoutError as exc:  # the watchdog stopped the threads
         raise SimschedError(f"{exc} (raise --timeout for longer loops)") from None
     except OSError as exc:  # mbind refused
         raise SimschedError(f"placement=interleave: the kernel refused to interleave the pages ({exc})") from None
     if not trace["pinned"]:
         warnings.warn("the threads could not be pinned to CPUs; they ran unpinned", RuntimeWarning, stacklevel=2)
-    result = _result(trace, sched.spec, spec.spec, threads, seed, costs, int(repeat))
+    result = _result(trace, sched.spec, workload, threads, seed, costs, list(sizes) * int(repeat), int(repeat))
     result.counters = simulator_counters(sched.spec, result.counters)
-    return result
+    return result, trace["out"]
 
 
 # Counters the simulator reports that are zero natively by construction.
@@ -265,14 +291,17 @@ def simulator_counters(scheduler: str, measured: dict) -> dict[str, int]:
     return counters
 
 
-def _result(trace, scheduler: str, workload: str, threads: int, seed: int, costs, repeat: int) -> Result:
-    """A Result from the extension's trace, checked for exactly-once execution."""
+def _result(trace, scheduler: str, workload: str, threads: int, seed: int, costs, sizes: list,
+            repeat: int) -> Result:
+    """A Result from the extension's trace of loops of ``sizes`` iterations (``costs``' program ``repeat`` times),
+    checked for exactly-once execution."""
     records = np.frombuffer(trace["chunks"], dtype=[("loop", "<i8"), ("lo", "<i8"), ("hi", "<i8"),
                                                      ("start", "<f8"), ("end", "<f8")])
     workers = np.frombuffer(trace["workers"], dtype="<i8")
     chunks = pd.DataFrame({"worker": workers, **{name: records[name] for name in CHUNK_COLUMNS[1:]}})
     chunks = chunks.sort_values(["start", "worker"], kind="stable").reset_index(drop=True)
-    verify_exactly_once(chunks, [costs.size] * repeat, scheduler)
+    sizes = [int(n) for n in sizes]
+    verify_exactly_once(chunks, sizes, scheduler)
     ends = [float(x) for x in trace["loop_end"]]
     makespan = ends[-1]
     measured = np.frombuffer(trace["state"], dtype="<f8").reshape(threads, 3)
@@ -287,7 +316,7 @@ def _result(trace, scheduler: str, workload: str, threads: int, seed: int, costs
                   makespan_ns=makespan, sequential_ns=float(costs.sum()) * repeat, state_ns=state, chunks=chunks,
                   counters=dict(sorted(trace["counters"].items())),
                   loop_ns=[float(x) for x in np.diff([0.0] + ends)],
-                  events=0, repeat=repeat, segments=segments, affinity=affinity.from_chunks(chunks, [costs.size] * repeat))
+                  events=0, repeat=repeat, segments=segments, affinity=affinity.from_chunks(chunks, sizes))
 
 
 def _segments(marks: np.ndarray, chunks: pd.DataFrame, makespan: float) -> pd.DataFrame:
@@ -403,7 +432,7 @@ def replay(chunks: pd.DataFrame, workload, seed: int = 0, threads: int | None = 
         raise SimschedError(f"{exc} (raise --timeout for longer schedules)") from None
     except OSError as exc:
         raise SimschedError(f"placement=interleave: the kernel refused to interleave the pages ({exc})") from None
-    measured = _result(trace, "replay", spec.spec, threads, seed, costs, loops)
+    measured = _result(trace, "replay", spec.spec, threads, seed, costs, [costs.size] * loops, loops)
     keys = ["worker", "loop", "lo", "hi"]
     simulated = chunks[keys].assign(simulated_ns=(chunks["end"] - chunks["start"]).to_numpy())
     ran = measured.chunks[keys].assign(measured_ns=(measured.chunks["end"] - measured.chunks["start"]).to_numpy())

@@ -1,8 +1,9 @@
 /* Native mode: the scheduler algorithms on pinned pthreads of the host, and the probes that calibrate it.
  *
- * A run executes a program of identical loops on P threads (thread 0 is the master). Each
- * iteration is a busy-wait of its cost in ns against CLOCK_MONOTONIC, so a chunk takes the
- * sum of its costs. Every shared word (barrier flags and counters, claim counters, ranges)
+ * A run executes a program of loops (each of its own size, the program repeated) on P threads
+ * (thread 0 is the master). Each iteration runs its kernel (none, the memory kernel, or a CSR
+ * row: an SpMV row or a BFS frontier vertex), then busy-waits its cost in ns against
+ * CLOCK_MONOTONIC, so a kernel-less chunk takes the sum of its costs. Every shared word (barrier flags and counters, claim counters, ranges)
  * sits on its own cache line. Waits spin; every spin checks an abort flag that the calling
  * thread raises when the run passes its time bound, so a run can never hang the process.
  *
@@ -77,6 +78,13 @@ typedef struct { run_t *run; int w; } worker_arg;
 
 struct run {
     int threads, loops, n, share, barrier, fork_full, join_full, chunk;
+    /* The program: loop l of a run is program loop l % program, of sizes[l % program] iterations, whose
+     * iteration i is the program's iteration bases[l % program] + i (costs, arrays and rows are indexed by it).
+     * The master sets n and base for each loop before releasing it. */
+    int program;
+    long total;                 /* iterations of the program: the length of costs */
+    const int64_t *sizes;
+    int64_t *bases, base;
     const double *costs;
     double t0;
     double *loop_end;
@@ -105,6 +113,13 @@ struct run {
     int pattern;                /* PATTERN_* */
     long line_elems;            /* doubles per cache line (random: one chase step per line) */
     uint64_t chase_seed;        /* random: iteration i's cycle is drawn from this and i */
+    /* The CSR-row kernel, or indptr is NULL: iteration i (program iteration g) computes
+     * out[row] = sum over k in [indptr[row], indptr[row + 1]) of values[k] (1 where values is NULL) * x[indices[k]],
+     * row = rows[g], or i where rows is NULL. SpMV: rows NULL, x the vector; BFS: rows the frontiers, x the levels. */
+    const int64_t *indptr, *rows;
+    const int32_t *indices;
+    const double *values, *x;
+    double *out;
 };
 
 #define CHECK_ABORT(r) do { if (atomic_load_explicit(&(r)->abort_flag, memory_order_relaxed)) pthread_exit(NULL); } while (0)
@@ -188,7 +203,7 @@ static void update_stream(double *a, long elems)
     for (long k = 0; k < elems; k++) a[k] += 1.0;
 }
 
-static void touch(run_t *r, long i, int loop)
+static void touch(run_t *r, int64_t i, int loop)
 {
     double *a = r->arrays + r->offsets[i];
     long elems = (long)r->elems[i];
@@ -204,7 +219,7 @@ static void touch(run_t *r, long i, int loop)
         /* A dependent chase through the cycle: the next line is known only once this one has arrived;
          * the line's other doubles are updated on the way. */
         long le = r->line_elems, lines = (elems + le - 1) / le, cur = 0;
-        if (loop == 0) build_cycle(r, i, a, lines);
+        if (loop < r->program) build_cycle(r, i, a, lines);   /* the program's first pass */
         const int64_t *word = (const int64_t *)a;
         for (long k = 0; k < lines; k++) {
             double *line = a + cur * le;
@@ -218,16 +233,29 @@ static void touch(run_t *r, long i, int loop)
     }
 }
 
-/* Run iterations [lo, hi): each runs its memory kernel, then busy-waits its cost; deadlines accumulate,
+static void csr_row(run_t *r, long i, int64_t g)
+{
+    int64_t row = r->rows ? r->rows[g] : i;
+    double sum = 0;
+    if (r->values)
+        for (int64_t k = r->indptr[row]; k < r->indptr[row + 1]; k++) sum += r->values[k] * r->x[r->indices[k]];
+    else
+        for (int64_t k = r->indptr[row]; k < r->indptr[row + 1]; k++) sum += r->x[r->indices[k]];
+    r->out[row] = sum;
+}
+
+/* Run iterations [lo, hi): each runs its kernel, then busy-waits its cost; deadlines accumulate,
  * so the chunk takes the sum of its costs however long one clock read is. */
 static void run_chunk(run_t *r, worker_state *s, int loop, long lo, long hi)
 {
     CHECK_ABORT(r);   /* also where no wait spins: one thread, empty iterations */
     double start = now_ns(), deadline = start;
     for (long i = lo; i < hi; i++) {
-        double c = r->costs[i];
-        if (r->arrays) {
-            touch(r, i, loop);
+        int64_t g = r->base + i;
+        double c = r->costs[g];
+        if (r->arrays || r->indptr) {
+            if (r->arrays) touch(r, g, loop);
+            if (r->indptr) csr_row(r, i, g);
             if (c > 0) deadline = now_ns();   /* the busy-wait of the cost starts after the kernel */
         }
         if (c <= 0) continue;
@@ -288,8 +316,10 @@ static void join_half(run_t *r, int w, worker_state *s, long loop)
 
 static inline uint64_t pack(long lo, long hi) { return ((uint64_t)lo << 32) | (uint64_t)hi; }
 
-static void prepare(run_t *r)
+static void prepare(run_t *r, int loop)
 {
+    r->n = (int)r->sizes[loop % r->program];
+    r->base = r->bases[loop % r->program];
     atomic_store(&r->next.v, 0);
     int P = r->threads;
     if (r->share == SHARE_STEALING || r->share == SHARE_ICH)
@@ -523,7 +553,7 @@ static void *worker_main(void *p)
     for (int loop = 0; loop < r->loops; loop++) {
         CHECK_ABORT(r);
         double t = now_ns();
-        if (w == 0) prepare(r);
+        if (w == 0) prepare(r, loop);
         if (r->fork_full) full_barrier(r, w, s); else release_half(r, w, s, loop);
         double begun = now_ns();
         s->sync += begun - t;
@@ -606,18 +636,18 @@ static int map_arrays(run_t *r, Py_buffer *elems, const char *pattern, long line
 {
     const int64_t *count = elems->buf;
     r->pattern = lookup(pattern, PATTERNS);
-    if (r->pattern < 0 || line_elems < 1 || elems->len != (Py_ssize_t)r->n * (Py_ssize_t)sizeof(int64_t)) {
+    if (r->pattern < 0 || line_elems < 1 || elems->len != (Py_ssize_t)r->total * (Py_ssize_t)sizeof(int64_t)) {
         PyErr_SetString(PyExc_ValueError, "native run: bad memory kernel (pattern, line or one size per iteration)");
         return -1;
     }
-    int64_t *off = malloc((size_t)r->n * sizeof *off);
+    int64_t *off = malloc((size_t)r->total * sizeof *off);
     if (!off) { PyErr_NoMemory(); return -1; }
     r->offsets = off;
     r->elems = count;
     r->line_elems = line_elems;
     r->chase_seed = chase_seed;
     int64_t total = 0;
-    for (int i = 0; i < r->n; i++) {
+    for (long i = 0; i < r->total; i++) {
         if (count[i] < 0) {
             PyErr_SetString(PyExc_ValueError, "native run: an iteration's array size is negative");
             return -1;
@@ -645,13 +675,20 @@ static int map_arrays(run_t *r, Py_buffer *elems, const char *pattern, long line
 /* run(costs: bytes of float64, loops, cpus: list[int], share, barrier, fork_full, join_full, chunk, timeout_s,
  *     plan: bytes of int64 (loop, lo, hi) triples by worker, plan_start: bytes of int64 offsets (P + 1),
  *     eps, timeline: bool, elems: bytes of int64 (doubles per iteration, b"" for no memory kernel),
- *     pattern, line_elems, chase_seed, interleave_nodes: int bit mask (0: first touch))
+ *     pattern, line_elems, chase_seed, interleave_nodes: int bit mask (0: first touch),
+ *     sizes: bytes of int64 (the program's loop sizes, summing to len(costs); b"" for one loop of them all),
+ *     csr: () or (indptr int64, indices int32, values float64 or b"", x float64, rows int64 or b"", n_rows))
  * -> dict(chunks=bytes, workers=bytes, state=bytes (compute, schedule, sync per worker), loop_end=list,
- *         counters=dict, pinned=bool, marks=bytes (with timeline: P x loops x 4 doubles, else empty));
- * the plan is only read by the "replay" share */
+ *         counters=dict, pinned=bool, marks=bytes (with timeline: P x loops x 4 doubles, else empty),
+ *         out=bytes (the CSR kernel's n_rows outputs, else empty));
+ * the plan is only read by the "replay" share; the caller checks the CSR arrays' indices are in range */
 static PyObject *native_run(PyObject *self, PyObject *args)
 {
-    Py_buffer costs, plan = {0}, plan_start = {0}, elems = {0};
+    Py_buffer costs, plan = {0}, plan_start = {0}, elems = {0}, sizes = {0};
+    Py_buffer indptr = {0}, indices = {0}, values = {0}, x = {0}, rows = {0};
+    PyObject *csr = NULL;
+    Py_ssize_t n_rows = 0;
+    int64_t one_size = 0;
     int loops, fork_full, join_full, chunk;
     double eps = 0.33;
     int timeline = 0;
@@ -660,11 +697,20 @@ static PyObject *native_run(PyObject *self, PyObject *args)
     unsigned long long chase_seed = 0, interleave = 0;
     PyObject *cpu_list;
     double timeout_s;
-    if (!PyArg_ParseTuple(args, "y*iO!sspp" "id|y*y*dpy*slKK", &costs, &loops, &PyList_Type, &cpu_list,
+    if (!PyArg_ParseTuple(args, "y*iO!sspp" "id|y*y*dpy*slKKy*O!", &costs, &loops, &PyList_Type, &cpu_list,
                           &share_name, &barrier_name, &fork_full, &join_full, &chunk, &timeout_s, &plan,
                           &plan_start, &eps, &timeline, &elems, &pattern_name, &line_elems, &chase_seed,
-                          &interleave))
+                          &interleave, &sizes, &PyTuple_Type, &csr))
         return NULL;
+    if (csr && PyTuple_GET_SIZE(csr)
+        && !PyArg_ParseTuple(csr, "y*y*y*y*y*n", &indptr, &indices, &values, &x, &rows, &n_rows)) {
+        PyBuffer_Release(&costs);
+        if (plan.buf) PyBuffer_Release(&plan);
+        if (plan_start.buf) PyBuffer_Release(&plan_start);
+        if (elems.buf) PyBuffer_Release(&elems);
+        if (sizes.buf) PyBuffer_Release(&sizes);
+        return NULL;
+    }
     PyObject *result = NULL;
     run_t r;
     memset(&r, 0, sizeof r);
@@ -699,8 +745,42 @@ static PyObject *native_run(PyObject *self, PyObject *args)
     if (PyErr_Occurred()) goto done;
     r.threads = threads;
     r.loops = loops;
-    r.n = (int)(costs.len / (Py_ssize_t)sizeof(double));
+    r.total = (long)(costs.len / (Py_ssize_t)sizeof(double));
     r.costs = costs.buf;
+    one_size = r.total;
+    r.program = sizes.buf && sizes.len ? (int)(sizes.len / (Py_ssize_t)sizeof(int64_t)) : 1;
+    r.sizes = sizes.buf && sizes.len ? sizes.buf : &one_size;
+    r.bases = calloc((size_t)r.program, sizeof *r.bases);
+    if (!r.bases) { PyErr_NoMemory(); goto done; }
+    int64_t sum = 0;
+    for (int l = 0; l < r.program; l++) {
+        if (r.sizes[l] < 1 || r.sizes[l] > INT32_MAX) { sum = -1; break; }
+        r.bases[l] = sum;
+        sum += r.sizes[l];
+    }
+    if (sum != r.total || (sizes.buf && sizes.len % (Py_ssize_t)sizeof(int64_t))) {
+        PyErr_SetString(PyExc_ValueError, "native run: the loop sizes must be >= 1 and add up to the costs");
+        goto done;
+    }
+    r.n = (int)r.sizes[0];
+    if (indptr.buf) {
+        Py_ssize_t nnz = indices.len / (Py_ssize_t)sizeof(int32_t);
+        int64_t biggest = 0;
+        for (int l = 0; l < r.program; l++) if (r.sizes[l] > biggest) biggest = r.sizes[l];
+        if (n_rows < 1 || indptr.len != (n_rows + 1) * (Py_ssize_t)sizeof(int64_t) || x.len % sizeof(double)
+            || (values.len && values.len != nnz * (Py_ssize_t)sizeof(double))
+            || (rows.len ? rows.len != (Py_ssize_t)r.total * (Py_ssize_t)sizeof(int64_t) : biggest > n_rows)) {
+            PyErr_SetString(PyExc_ValueError, "native run: bad CSR kernel (indptr, values, rows or sizes)");
+            goto done;
+        }
+        r.indptr = indptr.buf;
+        r.indices = indices.buf;
+        r.values = values.len ? values.buf : NULL;
+        r.x = x.buf;
+        r.rows = rows.len ? rows.buf : NULL;
+        r.out = calloc((size_t)n_rows, sizeof(double));
+        if (!r.out) { PyErr_NoMemory(); goto done; }
+    }
     r.share = lookup(share_name, SHARES);
     r.barrier = lookup(barrier_name, BARRIERS);
     r.fork_full = fork_full;
@@ -710,13 +790,14 @@ static PyObject *native_run(PyObject *self, PyObject *args)
     if (elems.buf && elems.len) {
         if (map_arrays(&r, &elems, pattern_name, line_elems, chase_seed, interleave) < 0) goto done;
     }
-    if (r.share < 0 || r.barrier < 0 || threads < 1 || r.n < 1) {
+    if (r.share < 0 || r.barrier < 0 || threads < 1 || r.total < 1) {
         PyErr_SetString(PyExc_ValueError, "native run: bad share, barrier, thread count or empty loop");
         goto done;
     }
     /* Reserve (and touch) each worker's trace up front, so growing it does not fault pages inside loops. */
-    size_t per_loop = r.share == SHARE_STATIC ? (r.chunk > 0 ? (size_t)r.n / r.chunk / threads + 2 : 1)
-                    : (size_t)r.n / (r.chunk > 0 ? r.chunk : 1) / threads * 2 + 16;
+    size_t mean_n = (size_t)r.total / (size_t)r.program + 1;
+    size_t per_loop = r.share == SHARE_STATIC ? (r.chunk > 0 ? mean_n / r.chunk / threads + 2 : 1)
+                    : mean_n / (r.chunk > 0 ? r.chunk : 1) / threads * 2 + 16;
     size_t reserve = per_loop * (size_t)loops;
     if (reserve > ((size_t)1 << 22)) reserve = (size_t)1 << 22;
     for (int w = 0; w < threads; w++) {
@@ -784,7 +865,7 @@ static PyObject *native_run(PyObject *self, PyObject *args)
     PyObject *ends = PyList_New(loops);
     for (int i = 0; ends && i < loops; i++) PyList_SET_ITEM(ends, i, PyFloat_FromDouble(r.loop_end[i]));
     long phases = (long)loops * ((fork_full ? 2 : 1) + (join_full ? 2 : 1));
-    result = Py_BuildValue("{s:N,s:N,s:N,s:N,s:{s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:l},s:O,s:N}",
+    result = Py_BuildValue("{s:N,s:N,s:N,s:N,s:{s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:l},s:O,s:N,s:N}",
                            "chunks", bytes_of(all, total * sizeof *all),
                            "workers", bytes_of(workers, total * sizeof *workers),
                            "state", bytes_of(state, (size_t)threads * 3 * sizeof *state),
@@ -793,7 +874,8 @@ static PyObject *native_run(PyObject *self, PyObject *args)
                            "steals", steals, "steal_attempts", attempts, "barrier_phases", phases,
                            "d_halved", halved, "d_doubled", doubled, "max_failed_claims", max_failed,
                            "pinned", pinned ? Py_True : Py_False,
-                           "marks", bytes_of(marks, mark_count * sizeof *marks));
+                           "marks", bytes_of(marks, mark_count * sizeof *marks),
+                           "out", bytes_of(r.out, r.out ? (size_t)n_rows * sizeof(double) : 0));
     free(all); free(workers); free(state); free(marks);
 done:
     if (r.ws) for (int w = 0; w < threads; w++) { free(r.ws[w].recs); free(r.ws[w].marks); }
@@ -801,7 +883,12 @@ done:
     free(r.ranges); free(r.arrived); free(r.released); free(r.ich_d); free(r.ich_k); free(r.claimed);
     if (r.arrays) munmap(r.arrays, r.mapped);
     free(r.offsets);
+    free(r.bases);
+    free(r.out);
     PyBuffer_Release(&costs);
+    if (sizes.buf) PyBuffer_Release(&sizes);
+    Py_buffer *csr_buffers[] = {&indptr, &indices, &values, &x, &rows};
+    for (int i = 0; i < 5; i++) if (csr_buffers[i]->buf) PyBuffer_Release(csr_buffers[i]);
     if (elems.buf) PyBuffer_Release(&elems);
     if (plan.buf) PyBuffer_Release(&plan);
     if (plan_start.buf) PyBuffer_Release(&plan_start);

@@ -246,3 +246,97 @@ def format_locality(table: pd.DataFrame) -> str:
     lines.append("median |error| over working sets: " + ", ".join(
         f"{name} {100 * error:.1f}%" for name, error in locality_errors(table).items()))
     return "\n".join(lines)
+
+
+def recorded_costs(path, kernel, block: int) -> list[np.ndarray]:
+    """Per loop of ``kernel``, each iteration's recorded cost: a block's cost spread evenly over its iterations,
+    so the simulated loops have the native ones' iterations (and a scheduler's chunk means the same in both)."""
+    from ..workloads.trace import TraceFile
+    from .record import block_sizes
+
+    recorded = [loop.costs for loop in TraceFile(path).loops()]
+    sizes = kernel.loop_sizes
+    if len(recorded) != len(sizes):
+        raise SimschedError(f"trace {path} has {len(recorded)} loops; its kernel {kernel.spec} runs {len(sizes)}: "
+                            "the input changed since it was recorded")
+    costs = []
+    for index, (blocks, n) in enumerate(zip(recorded, sizes)):
+        split = block_sizes(n, block)
+        if blocks.size != split.size:
+            raise SimschedError(f"trace {path}: loop {index} has {blocks.size} blocks; its kernel's loop of {n} "
+                                f"iterations makes {split.size} of {block}: the input changed since it was recorded")
+        costs.append(np.repeat(blocks / split, split))
+    return costs
+
+
+def validate_trace(workload: str, machine=HOST_MACHINE_FILE, threads: int | None = None, repeat: int = 21,
+                   schedulers=None) -> pd.DataFrame:
+    """Per scheduler: a recorded kernel's median native time, the simulated time of its recorded costs on the
+    calibrated model, and the error.
+
+    The trace (``trace:path=FILE``) names its kernel and inputs in its metadata; the kernel is
+    rebuilt and run natively ``repeat`` times after a warm pass (the recording's was warm too).
+    """
+    from ..engine import simulate_program
+    from ..schedulers import get_scheduler
+    from ..workloads import get_workload
+    from . import execute
+    from .kernels import from_meta
+
+    require()
+    spec = get_workload(workload)
+    if spec.name != "trace":
+        raise SimschedError(f"--workload {workload}: validation against a recording takes a recorded trace "
+                            "(trace:path=FILE, written by simsched native record)")
+    from ..workloads.trace import trace_metadata
+
+    path = spec.params["path"]
+    meta = trace_metadata(path)
+    block = meta.get("block", 1)
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        raise SimschedError(f"trace {path}: its metadata's block must be an integer >= 1, got {block!r}")
+    kernel = from_meta(meta, f"trace {path}")
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        raise SimschedError(f"--repeat must be an integer >= 1, got {repeat!r}")
+    model = load_machine(machine)
+    threads = threads if threads is not None else model.cores
+    check_threads(threads)
+    model.check_threads(threads)
+    costs = recorded_costs(path, kernel, block)
+    zeros = np.zeros(int(kernel.sizes.sum()))
+    loops = len(kernel.loop_sizes)
+
+    def compare(name: str, workers: int, control: bool) -> dict:
+        measured, _ = execute(get_scheduler(name), kernel.spec, workers, zeros, kernel.sizes,
+                              kernel.passes * (repeat + 1), memory=kernel.memory, csr=kernel.csr)
+        passes = np.asarray(measured.loop_ns).reshape(repeat + 1, loops).sum(axis=1)[1:]  # the first is warm-up
+        simulated = float(sum(simulate_program(model, name, costs, workers).loop_ns))
+        native_ns = float(np.median(passes))
+        return {"scheduler": name, "threads": workers, "control": control, "kernel": kernel.spec, "block": block,
+                "native_ms": native_ns / 1e6, "native_min_ms": float(passes.min()) / 1e6,
+                "native_max_ms": float(passes.max()) / 1e6, "sim_ms": simulated / 1e6,
+                "error": (simulated - native_ns) / native_ns}
+
+    # The control: one thread, as recorded; its error is how far this host's speed now is from the recording's.
+    rows = [compare("omp-static", 1, True)]
+    rows += [compare(name, threads, False) for name in schedulers or list(NATIVE)]
+    return pd.DataFrame(rows)
+
+
+def format_trace_validation(table: pd.DataFrame) -> str:
+    """The table of :func:`validate_trace`, then the median |error| over its schedulers, then the control."""
+    lines = [f"{'scheduler':<14} {'native ms':>10} {'(min - max)':>19} {'simulated ms':>13} {'error':>8}"]
+    control = table[table["control"]]
+    table = table[~table["control"]]
+    for row in table.itertuples(index=False):
+        spread = f"({row.native_min_ms:.3f} - {row.native_max_ms:.3f})"
+        lines.append(f"{row.scheduler:<14} {row.native_ms:10.3f} {spread:>19} {row.sim_ms:13.3f} "
+                     f"{100 * row.error:+7.1f}%")
+    if len(table):
+        lines.append(f"{table['kernel'].iloc[0]} on {table['threads'].iloc[0]} thread(s), recorded in blocks of "
+                     f"{table['block'].iloc[0]}; native: median of the passes after a warm one")
+        lines.append(f"median |error|: {100 * float(table['error'].abs().median()):.1f}%")
+    for row in control.itertuples(index=False):
+        lines.append(f"control, omp-static on 1 thread as recorded: native {row.native_ms:.3f} ms, simulated "
+                     f"{row.sim_ms:.3f} ms ({100 * row.error:+.1f}%: this host's speed now against the recording's)")
+    return "\n".join(lines)

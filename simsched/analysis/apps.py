@@ -134,14 +134,14 @@ def format_apps_table(comparison: pd.DataFrame) -> str:
     """The comparison as text: model and published, whole program and fine-grain loops."""
     threads = int(comparison["threads"].iloc[0])
     lines = [f"applications at {threads} threads (whole program scaled from the run; fine: the loops under "
-             "1 ms, all loops for Ligra; gain = baseline time / time - 1)",
+             "1 ms, the fine-grain loops for Ligra; gain = baseline time / time - 1)",
              f"{'app':<11} {'scheduler':<9} {'vs':<10} {'speedup':>7} {'base':>6} {'whole s':>9} {'base s':>9} "
              f"{'fine s':>9} {'base s':>9} {'whole %':>8} {'fine %':>7} | {'published':<9} {'whole s':>7} "
              f"{'base s':>7} {'fine s':>7} {'base s':>7} {'whole %':>8} {'fine %':>7} {'speedups':>11}"]
     for r in comparison.to_dict(orient="records"):
         speedups = (f"{r['pub_base_speedup']:.1f}/{r['pub_speedup']:.1f}"
                     if not pd.isna(r.get("pub_speedup", np.nan)) else "")
-        # A kernel's sequential time holds the rest of the kernel at its Cilk time: no speedup to show.
+        # A kernel's sequential time is work inferred from Cilk times by the E1 model: no speedup to show.
         code = r["kind"] == "code"
         lines.append(
             f"{r['app']:<11} {r['scheduler']:<9} {r['baseline']:<10} {_cell(r['speedup'] if code else None, '7.2f'):>7} "

@@ -155,16 +155,20 @@ class CilkFineGrain(WorkStealing):
         self.next_loop = index
         root, item, t = self.begin_loop(sim, 0, sim.env.now)
         yield from self.strand(sim, 0, root, item, t)
-        while True:
-            # The master, not the worker that finishes the last stolen piece, continues the program
-            # (the next fine-grain loop's release starts at the root of the tree): it reads the join counter.
-            _, t = sim.memory.read(root.line, 0)
-            yield sim.wait(0, "sync", t)
-            if root.pending == 0:
-                return
+        # The master, not the worker that finishes the last stolen piece, continues the program (the
+        # next fine-grain loop's release starts at the root of the tree). It steals while there is
+        # work to steal, then spins on the loop's join counter (stolen pieces outstanding) until 0.
+        failures = 0
+        while root.pending and failures < self.params["sleep_after"]:
             work = yield from self.steal(sim, 0)
-            if work is not None:
-                yield from self.strand(sim, 0, *work)
+            if work is None:
+                failures += 1
+                continue
+            yield from self.strand(sim, 0, *work)
+            failures = 0
+        sim.begin(0, "sync")
+        yield sim.memory.spin_until(root.line, 0, lambda pending: pending == 0)
+        sim.end(0)
 
     def end_loop(self, sim, w: int, root: Frame, t: float):
         """A Cilk loop is complete: the master, waiting in ``cilk_loop``, continues the program, not ``w``."""

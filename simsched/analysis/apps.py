@@ -5,7 +5,8 @@ A run simulates a shortened program (the workload's ``scale``); its loop time pe
 by the ratio of the class's sequential time in the whole program to that in the run, and
 the whole program's sequential code is added. Classes repeat uniformly within a program
 (every fine loop runs the same number of times per step, and so does every coarse one;
-MPDATA's set-up loop is a class of its own), so the scaling keeps each loop's share.
+MPDATA's set-up loop is a class of its own; a Ligra kernel's coarse loops are equal), so the
+scaling keeps each loop's share.
 """
 
 from __future__ import annotations

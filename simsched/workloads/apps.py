@@ -17,16 +17,21 @@ How the figures are read (the reading that makes each table's numbers agree):
   avg allows 916 executions in all. So in MPDATA loops run different numbers of times: the
   753.84 ms loop once (a set-up), then per time step the 3 other loops of 1 ms or more
   once and the 32 short ones 10 times (an inner iteration); 207 steps make every published
-  figure hold. The sequential code outside loops is spread evenly, the same before every
-  loop execution.
+  figure hold. The loops of a time step run back to back (CloverLeaf's kernels are called
+  one after another), and the sequential code outside loops (time-step control, halo and
+  boundary handling, output) runs once per time step, before the step's first loop
+  (MPDATA: before its 3 long loops, after the set-up loop; its inner iterations follow
+  each other directly).
 - Ligra: the published loop times were measured under Cilk on 48 threads (count x avg is
   the published Cilk fine time for every kernel), so the generator draws such times T and
   gives each loop the sequential work W whose Cilk time that is, by the E1 model of Cilk on
   that machine: T = min(W, d + W / S) with d = 68.8 us (Cilk's published burden) and
   S = 28 (the E1 plateau at 48 threads), i.e. W = T up to 71.3 us, else S (T - d). Every
   loop runs once. The rest of the program (Cilk total - Cilk fine: edge maps with nested
-  parallelism, which both schedulers leave to Cilk) is sequential code spread evenly before
-  the loops, so it takes the same time under every scheduler.
+  parallelism, which AV21's scheduler leaves to Cilk) is parallel Cilk code: 8 equal coarse
+  loops (class ``coarse``, ``Loop.fine_grain`` False, so ``cilk-fg`` runs them as Cilk
+  loops) whose Cilk times by the same conversion add up to it, each before an evenly spaced
+  fine-grain loop. A kernel has no sequential code.
 
 Loop times inside a class (under/over the threshold) are lognormal draws scaled to the
 class's total and clipped to the published min and max, which one loop each takes
@@ -34,13 +39,13 @@ exactly. A loop of W ns has round(W / 250 ns) iterations (1 to ``max_iterations`
 costs are lognormal with coefficient of variation ``cv``: near-equal rows of a structured
 grid (CloverLeaf, LB3D: 0.02), cells of an unstructured mesh (MPDATA: 0.3), blocks of
 vertices of a power-law graph (Ligra: 0.5). Loop names are ``CLASS/app.k``: class
-``fine`` (under the threshold), ``coarse``, or ``once`` (MPDATA's set-up loop); sweeps sum
-loop times per class.
+``fine`` (under the threshold; for a kernel, every fine-grain loop), ``coarse``, or ``once``
+(MPDATA's set-up loop); sweeps sum loop times per class.
 
 ``scale`` shortens the program without changing its loops: the codes run
 max(1, round(steps x scale)) time steps; a Ligra kernel keeps max(2, round(loops x scale))
-loops, evenly spaced in the order of their times (the shortest and longest kept), in
-program order. Defaults simulate in seconds: one CloverLeaf or MPDATA step, 50 LB3D steps,
+fine-grain loops, evenly spaced in the order of their times (the shortest and longest
+kept), in program order, and max(1, round(8 x scale)) coarse loops between them. Defaults simulate in seconds: one CloverLeaf or MPDATA step, 50 LB3D steps,
 whole Ligra kernels.
 """
 

@@ -41,8 +41,10 @@ def checked_serial_ns(serial_ns: Any) -> float:
 class Loop:
     """One parallel loop over iterations [0, n): its costs as prefix sums, so any chunk costs O(1)."""
 
+    fine_grain = True  # the default mark, for loops built without __init__'s check (a trace's streamed loops)
+
     def __init__(self, costs: Any, name: str = "", inner: "dict[int, Loop] | None" = None, data=None,
-                 serial_ns: float = 0.0):
+                 serial_ns: float = 0.0, fine_grain: bool = True):
         costs = np.asarray(costs, dtype=float)
         if costs.ndim != 1 or costs.size == 0:
             raise SimschedError("a loop needs a non-empty 1-D array of iteration costs")
@@ -57,6 +59,10 @@ class Loop:
         self.name = name
         # The sequential code the master runs before the loop starts (the program's part outside loops).
         self.serial_ns = checked_serial_ns(serial_ns)
+        # Marked fine-grain: cilk-fg runs it with half-barriers, otherwise as a Cilk loop (others ignore it).
+        if not isinstance(fine_grain, (bool, np.bool_)):
+            raise SimschedError(f"a loop's fine_grain must be True or False, got {fine_grain!r}")
+        self.fine_grain = bool(fine_grain)
         # The data its iterations touch (a locality.Footprint), or None: then a chunk costs its compute only.
         self.data = data
         if data is not None and data.bytes.size != self.n:

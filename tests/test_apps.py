@@ -61,6 +61,53 @@ def test_mpdata_reads_the_table_with_uneven_repeats():
     assert all(c == 2070 for c, f in zip(counts, fine) if f)
 
 
+@pytest.mark.parametrize("app, steps, first", [("cloverleaf", 57, 0), ("mpdata", 207, 1), ("lb3d", 1000, 0)])
+def test_a_code_runs_its_sequential_code_once_per_time_step(app, steps, first):
+    whole = program(f"app:name={app},scale=1")
+    pub = PUBLISHED[app]
+    assert whole.serial_total_ns(full=True) == pytest.approx(pub.t_seq_s * 1e9 * (1 - pub.in_loops_pct / 100))
+    # Before the step's first loop (MPDATA: after its set-up loop), nothing before the step's other loops.
+    serial = np.array([whole.loops[i].serial_ns for i in whole.order])
+    assert np.count_nonzero(serial) == steps
+    per_step = len(whole.order[first:]) // steps
+    assert np.flatnonzero(serial).tolist() == [first + k * per_step for k in range(steps)]
+    assert all(loop.fine_grain for loop in whole.loops)
+
+
+@pytest.mark.parametrize("app", ["bfs", "bc", "cc", "pr"])
+def test_the_rest_of_a_ligra_kernel_is_coarse_cilk_loops_between_its_fine_grain_loops(app):
+    kernel, pub = program(f"app:name={app},scale=1"), PUBLISHED[app]
+    coarse = [i for i, loop in enumerate(kernel.loops) if loop.name.startswith("coarse/")]
+    assert len(coarse) == 8 and kernel.serial_total_ns(full=True) == 0.0
+    assert all(not kernel.loops[i].fine_grain for i in coarse)
+    assert all(loop.fine_grain for i, loop in enumerate(kernel.loops) if i not in coarse)
+    # Their Cilk times at 48 threads are the kernel's time outside its fine-grain loops.
+    assert np.sum(kernel.times_ns[coarse]) == pytest.approx((pub.cilk_total_s - pub.cilk_fine_s) * 1e9)
+    positions = [kernel.order.index(i) for i in coarse]
+    assert 0 < min(positions) and max(positions) < len(kernel.order) - 1
+    assert len(program(f"app:name={app},scale=0.5").counts.nonzero()[0]) == round(pub.loops / 2) + 4
+
+
+def test_cilk_fg_runs_a_kernel_s_coarse_loop_as_cilk_and_its_fine_loops_as_static_blocks(tmp_path):
+    spec = "app:name=bfs,scale=0.05"
+    kernel = program(spec)
+    names = [kernel.loops[i].name for i in kernel.order]
+    proc = subprocess.run([sys.executable, "-m", "simsched.cli", "run", "--machine", "xeon-e7-4860v2",
+                           "--scheduler", "cilk-fg", "--threads", "8", "--workload", spec,
+                           "--chunks", str(tmp_path / "c.csv")], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    chunks = pd.read_csv(tmp_path / "c.csv", comment="#")
+    assert sorted(chunks["loop"].unique()) == list(range(len(names)))
+    for index, name in enumerate(names):
+        mine = chunks[chunks["loop"] == index]
+        if name.startswith("coarse/"):
+            assert len(mine) > 8 and mine["worker"].nunique() == 8
+        else:
+            # One static block per worker (no block for some of them when the loop has fewer iterations).
+            assert mine["worker"].is_unique and len(mine) == min(8, kernel.loops[kernel.order[index]].n)
+
+
 def test_ligra_times_are_cilk_times_of_the_work():
     times = np.array([500.0, 71e3, 2e6, 21e6])
     assert np.allclose(cilk_time_ns(cilk_work_ns(times)), times)
@@ -189,8 +236,9 @@ def test_the_apps_table_on_a_hand_made_frame():
 
 def test_the_apps_table_compares_ligra_with_the_hybrid_cilk_published():
     bfs = "app:name=bfs,scale=0.1"
-    frame = pd.DataFrame([_row(bfs, "cilk", 48, loop_fine_ns=3e6), _row(bfs, "cilk-fg", 48, loop_fine_ns=2e6),
-                          _row(bfs, "hybrid", 48, loop_fine_ns=4e6)])
+    frame = pd.DataFrame([_row(bfs, "cilk", 48, loop_fine_ns=3e6, loop_coarse_ns=5e6),
+                          _row(bfs, "cilk-fg", 48, loop_fine_ns=2e6, loop_coarse_ns=5e6),
+                          _row(bfs, "hybrid", 48, loop_fine_ns=4e6, loop_coarse_ns=5e6)])
     comparison = apps_comparison(apps_table(frame)).set_index("scheduler")
     assert comparison.loc["cilk-fg", "fine_gain_pct"] == pytest.approx(50.0)
     assert comparison.loc["hybrid", "fine_gain_pct"] == pytest.approx(-25.0)

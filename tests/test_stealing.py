@@ -94,6 +94,63 @@ def test_cilk_fg_master_wakes_sleeping_workers():
     assert r.counters["wakeups"] >= 47
 
 
+def _marked_program(marks, threads=8, name="cilk-fg", seed=1):
+    """A program of two 800-iteration loops, marked fine-grain or not by ``marks``, run under ``name``."""
+    from simsched.engine import Simulation
+    from simsched.loop import Loop
+
+    sim = Simulation(simsched.load_machine("xeon-e7-4860v2"), threads, seed=seed)
+    sim.load([Loop(np.full(800, 500.0), serial_ns=3000.0, fine_grain=marks[0]),
+              Loop(np.full(800, 500.0), fine_grain=marks[1])])
+    return sim.run(simsched.get_scheduler(name))
+
+
+@pytest.mark.parametrize("marks", [(False, True), (True, False)])
+def test_cilk_fg_runs_a_loop_not_marked_fine_grain_as_a_cilk_loop(marks):
+    from simsched.engine import verify_exactly_once
+
+    r = _marked_program(marks)
+    cilk, fine = marks.index(False), marks.index(True)
+    chunks = r.chunks
+    # The marked loop: one static block per worker. The other: cilk_for's leaves, spread by stealing.
+    static = chunks[chunks["loop"] == fine].sort_values("lo")
+    assert len(static) == 8 and static["worker"].tolist() == list(range(8))
+    assert (static["hi"] - static["lo"]).tolist() == [100] * 8
+    split = chunks[chunks["loop"] == cilk]
+    grain = max(1, min(2048, 800 // (8 * 8)))
+    assert len(split) > 8 and (split["hi"] - split["lo"]).max() <= grain
+    assert split["worker"].nunique() == 8
+    assert r.counters["steals"] >= 7 and r.counters["tasks_created"] == len(split) - 1
+    assert r.counters["barrier_phases"] == 2  # one release and one join half-barrier, for the marked loop only
+    verify_exactly_once(chunks, [800, 800], r.scheduler)
+    total = sum(float(v.sum()) for v in r.state_ns.values())
+    assert total == pytest.approx(r.makespan_ns * r.threads)
+    # The master continues the program only when the Cilk loop is complete.
+    assert r.makespan_ns == pytest.approx(3000.0 + sum(r.loop_ns))
+    if cilk == 0:
+        assert static["start"].min() >= split["end"].max()
+
+
+def test_every_other_scheduler_ignores_the_fine_grain_mark():
+    for name in ("cilk", "fg-tree", "hybrid"):
+        marked, unmarked = _marked_program((True, True), name=name), _marked_program((False, False), name=name)
+        assert marked.chunks.equals(unmarked.chunks) and marked.makespan_ns == unmarked.makespan_ns
+
+
+def test_cilk_fg_with_every_loop_marked_is_unchanged_by_the_mark():
+    # The default marks every loop: the same run as before the mark existed (figures recorded then).
+    r = simsched.simulate("xeon-e7-4860v2", "cilk-fg", "uforall:n=480,total_us=2", 48, repeat=2, seed=3)
+    assert r.makespan_ns == pytest.approx(1778.4501424501423, abs=1e-6)
+    assert r.counters["steals"] == 0 and r.counters["barrier_phases"] == 4
+
+
+def test_a_bad_fine_grain_mark_is_refused():
+    from simsched.loop import Loop
+
+    with pytest.raises(SimschedError, match="fine_grain"):
+        Loop([1.0], fine_grain="yes")
+
+
 @pytest.mark.parametrize("scheduler", ["cilk", "hybrid", "cilk-fg", "stealing", "ich", "tss", "fac2",
                                        "taskloop", "binlpt"])
 def test_every_new_scheduler_reports_the_contract_counters(scheduler):

@@ -5,7 +5,8 @@ A run simulates a shortened program (the workload's ``scale``); its loop time pe
 by the ratio of the class's sequential time in the whole program to that in the run, and
 the whole program's sequential code is added. Classes repeat uniformly within a program
 (every fine loop runs the same number of times per step, and so does every coarse one;
-MPDATA's set-up loop is a class of its own), so the scaling keeps each loop's share.
+MPDATA's set-up loop is a class of its own; a Ligra kernel's coarse loops are equal), so the
+scaling keeps each loop's share.
 """
 
 from __future__ import annotations
@@ -134,14 +135,14 @@ def format_apps_table(comparison: pd.DataFrame) -> str:
     """The comparison as text: model and published, whole program and fine-grain loops."""
     threads = int(comparison["threads"].iloc[0])
     lines = [f"applications at {threads} threads (whole program scaled from the run; fine: the loops under "
-             "1 ms, all loops for Ligra; gain = baseline time / time - 1)",
+             "1 ms, the fine-grain loops for Ligra; gain = baseline time / time - 1)",
              f"{'app':<11} {'scheduler':<9} {'vs':<10} {'speedup':>7} {'base':>6} {'whole s':>9} {'base s':>9} "
              f"{'fine s':>9} {'base s':>9} {'whole %':>8} {'fine %':>7} | {'published':<9} {'whole s':>7} "
              f"{'base s':>7} {'fine s':>7} {'base s':>7} {'whole %':>8} {'fine %':>7} {'speedups':>11}"]
     for r in comparison.to_dict(orient="records"):
         speedups = (f"{r['pub_base_speedup']:.1f}/{r['pub_speedup']:.1f}"
                     if not pd.isna(r.get("pub_speedup", np.nan)) else "")
-        # A kernel's sequential time holds the rest of the kernel at its Cilk time: no speedup to show.
+        # A kernel's sequential time is work inferred from Cilk times by the E1 model: no speedup to show.
         code = r["kind"] == "code"
         lines.append(
             f"{r['app']:<11} {r['scheduler']:<9} {r['baseline']:<10} {_cell(r['speedup'] if code else None, '7.2f'):>7} "

@@ -80,10 +80,12 @@ class CilkFineGrain(WorkStealing):
     """Cilk whose idle workers also poll a fine-grain flag: loops run as half-barrier static loops.
 
     Idle workers alternate one steal attempt with one poll of their release flag. The
-    master starts each loop like ``fg-tree`` (a release half-barrier down the NUMA tree,
-    static blocks, a join half-barrier), after waking any sleeping worker. Loops in a
-    simsched program are reached from the main strand with no parallelism outstanding,
-    so they always take the fine-grain path.
+    master starts each loop marked fine-grain (``Loop.fine_grain``) like ``fg-tree`` (a
+    release half-barrier down the NUMA tree, static blocks, a join half-barrier), after
+    waking any sleeping worker. Loops in a simsched program are reached from the main
+    strand with no parallelism outstanding, so a marked loop always takes that path. A
+    loop not marked is an ordinary ``cilk_for``: the master splits it and runs its strand,
+    then steals until every stolen piece is done, and only then continues the program.
     """
 
     name = "cilk-fg"
@@ -95,6 +97,8 @@ class CilkFineGrain(WorkStealing):
         self.barrier = make_barrier("numa", sim)
         self.descriptor = sim.memory.line("loop.descriptor", -1, home=0)
         self.joined = [0] * sim.threads
+        # The program loops marked fine-grain, in order: the n-th release runs the n-th of them.
+        self.fine = [index for index in range(len(sim.program)) if sim.loops[index].fine_grain]
 
     def worker(self, sim, w: int):
         if w == 0:
@@ -126,8 +130,12 @@ class CilkFineGrain(WorkStealing):
 
     def master(self, sim):
         env = sim.env
-        for index in range(len(sim.loops)):
+        for index in range(len(sim.program)):
             yield from sim.serial_code(0, index)
+            if not sim.loops[index].fine_grain:
+                yield from self.cilk_loop(sim, index)
+                sim.loop_end[index] = env.now
+                continue
             t = sim.memory.store(self.descriptor, 0, index, at=env.now + sim.costs["loop_setup"])
             while self.sleepers:
                 self.wake(sim, t)
@@ -142,6 +150,30 @@ class CilkFineGrain(WorkStealing):
         while self.sleepers:
             self.wake(sim, env.now, count=False)
 
+    def cilk_loop(self, sim, index: int):
+        """The master runs loop ``index`` as ``cilk_for`` and steals until the loop's root frame is complete."""
+        self.next_loop = index
+        root, item, t = self.begin_loop(sim, 0, sim.env.now)
+        yield from self.strand(sim, 0, root, item, t)
+        # The master, not the worker that finishes the last stolen piece, continues the program (the
+        # next fine-grain loop's release starts at the root of the tree). It steals while there is
+        # work to steal, then spins on the loop's join counter (stolen pieces outstanding) until 0.
+        failures = 0
+        while root.pending and failures < self.params["sleep_after"]:
+            work = yield from self.steal(sim, 0)
+            if work is None:
+                failures += 1
+                continue
+            yield from self.strand(sim, 0, *work)
+            failures = 0
+        sim.begin(0, "sync")
+        yield sim.memory.spin_until(root.line, 0, lambda pending: pending == 0)
+        sim.end(0)
+
+    def end_loop(self, sim, w: int, root: Frame, t: float):
+        """A Cilk loop is complete: the master, waiting in ``cilk_loop``, continues the program, not ``w``."""
+        return None
+
     def wake_children(self, sim, w: int) -> None:
         """A child that fell asleep after the master's wake-up call is woken by the parent that releases it."""
         for child in self.barrier.tree.children[w]:
@@ -149,7 +181,7 @@ class CilkFineGrain(WorkStealing):
 
     def run_block(self, sim, w: int):
         """Read the loop descriptor and run this worker's static block."""
-        index = self.joined[w]
+        index = self.fine[self.joined[w]]
         self.joined[w] += 1
         _, t = sim.memory.read(self.descriptor, w)
         yield sim.wait(w, "schedule", t)

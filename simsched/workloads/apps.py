@@ -17,16 +17,21 @@ How the figures are read (the reading that makes each table's numbers agree):
   avg allows 916 executions in all. So in MPDATA loops run different numbers of times: the
   753.84 ms loop once (a set-up), then per time step the 3 other loops of 1 ms or more
   once and the 32 short ones 10 times (an inner iteration); 207 steps make every published
-  figure hold. The sequential code outside loops is spread evenly, the same before every
-  loop execution.
+  figure hold. The loops of a time step run back to back (CloverLeaf's kernels are called
+  one after another), and the sequential code outside loops (time-step control, halo and
+  boundary handling, output) runs once per time step, before the step's first loop
+  (MPDATA: before its 3 long loops, after the set-up loop; its inner iterations follow
+  each other directly).
 - Ligra: the published loop times were measured under Cilk on 48 threads (count x avg is
   the published Cilk fine time for every kernel), so the generator draws such times T and
   gives each loop the sequential work W whose Cilk time that is, by the E1 model of Cilk on
   that machine: T = min(W, d + W / S) with d = 68.8 us (Cilk's published burden) and
   S = 28 (the E1 plateau at 48 threads), i.e. W = T up to 71.3 us, else S (T - d). Every
   loop runs once. The rest of the program (Cilk total - Cilk fine: edge maps with nested
-  parallelism, which both schedulers leave to Cilk) is sequential code spread evenly before
-  the loops, so it takes the same time under every scheduler.
+  parallelism, which AV21's scheduler leaves to Cilk) is parallel Cilk code: 8 equal coarse
+  loops (class ``coarse``, ``Loop.fine_grain`` False, so ``cilk-fg`` runs them as Cilk
+  loops) whose Cilk times by the same conversion add up to it, each before an evenly spaced
+  fine-grain loop. A kernel has no sequential code.
 
 Loop times inside a class (under/over the threshold) are lognormal draws scaled to the
 class's total and clipped to the published min and max, which one loop each takes
@@ -34,13 +39,13 @@ exactly. A loop of W ns has round(W / 250 ns) iterations (1 to ``max_iterations`
 costs are lognormal with coefficient of variation ``cv``: near-equal rows of a structured
 grid (CloverLeaf, LB3D: 0.02), cells of an unstructured mesh (MPDATA: 0.3), blocks of
 vertices of a power-law graph (Ligra: 0.5). Loop names are ``CLASS/app.k``: class
-``fine`` (under the threshold), ``coarse``, or ``once`` (MPDATA's set-up loop); sweeps sum
-loop times per class.
+``fine`` (under the threshold; for a kernel, every fine-grain loop), ``coarse``, or ``once``
+(MPDATA's set-up loop); sweeps sum loop times per class.
 
 ``scale`` shortens the program without changing its loops: the codes run
 max(1, round(steps x scale)) time steps; a Ligra kernel keeps max(2, round(loops x scale))
-loops, evenly spaced in the order of their times (the shortest and longest kept), in
-program order. Defaults simulate in seconds: one CloverLeaf or MPDATA step, 50 LB3D steps,
+fine-grain loops, evenly spaced in the order of their times (the shortest and longest
+kept), in program order, and max(1, round(8 x scale)) coarse loops between them. Defaults simulate in seconds: one CloverLeaf or MPDATA step, 50 LB3D steps,
 whole Ligra kernels.
 """
 
@@ -91,6 +96,7 @@ class Structure:
     steps: int = 1
     fine_repeats: int = 1
     setup_max: bool = False    # the longest loop runs once before the steps
+    coarse_loops: int = 0      # a Ligra kernel's coarse Cilk loops between its fine-grain loops
     cv: float = 0.02
     scale: float = 1.0         # default scale
 
@@ -113,7 +119,7 @@ STRUCTURE = {
     "cloverleaf": Structure(steps=57, cv=0.02, scale=1 / 57),
     "mpdata": Structure(steps=207, fine_repeats=10, setup_max=True, cv=0.3, scale=1 / 207),
     "lb3d": Structure(steps=1000, cv=0.02, scale=0.05),
-    **{name: Structure(cv=0.5) for name in ("bfs", "bc", "cc", "pr")},
+    **{name: Structure(cv=0.5, coarse_loops=8) for name in ("bfs", "bc", "cc", "pr")},
 }
 
 # The published outcomes at 48 threads, for the report.
@@ -169,7 +175,6 @@ class Program:
     loops: list[Loop]                      # distinct loops
     order: list[int]                       # indices into ``loops``: the program run
     full_counts: np.ndarray                # executions of each distinct loop in the whole program
-    serial_ns: float                       # sequential code before each loop execution
     times_ns: np.ndarray = field(default=None)  # each loop's time in the published sense (graph: under Cilk)
 
     @property
@@ -189,8 +194,9 @@ class Program:
         return out
 
     def serial_total_ns(self, full: bool = False) -> float:
+        """The sequential code outside loops (each loop's ``serial_ns`` per execution) in the run, or the whole program."""
         counts = self.full_counts if full else self.counts
-        return self.serial_ns * float(np.sum(counts))
+        return float(sum(loop.serial_ns * count for loop, count in zip(self.loops, counts)))
 
 
 def loop_class(name: str) -> str:
@@ -231,11 +237,13 @@ class App(Workload):
             times, classes, order, full, serial = _code_program(rng, pub, shape, scale)
             work = times
         else:
-            times, classes, order, full, serial = _graph_program(rng, pub, scale)
+            times, classes, order, full, serial = _graph_program(rng, pub, shape, scale)
             work = cilk_work_ns(times)
-        loops = [Loop(self._costs(rng, w, cv), name=f"{cls}/{name}.{k}", serial_ns=serial)
-                 for k, (w, cls) in enumerate(zip(work, classes))]
-        return Program(name, loops, order, full, serial, np.asarray(times))
+        # Only a kernel's coarse loops are left unmarked: cilk-fg runs them as Cilk loops (others ignore the mark).
+        loops = [Loop(self._costs(rng, w, cv), name=f"{cls}/{name}.{k}", serial_ns=ns,
+                      fine_grain=not (pub.kind == "graph" and cls == "coarse"))
+                 for k, (w, cls, ns) in enumerate(zip(work, classes, serial))]
+        return Program(name, loops, order, full, np.asarray(times))
 
     def _costs(self, rng, work_ns: float, cv: float) -> np.ndarray:
         """The iteration costs of a loop of ``work_ns``: lognormal with coefficient of variation ``cv``, summing to it."""
@@ -270,12 +278,18 @@ def _code_program(rng, pub: Published, shape: Structure, scale: float):
     steps = max(1, round(shape.steps * scale))
     order = [int(i) for i in list(range(len(setup))) + step * steps]
     full = np.array([1] * len(setup) + [shape.steps] * len(coarse) + [shape.steps * shape.fine_repeats] * len(fine))
-    serial = pub.t_seq_s * 1e9 * (1 - pub.in_loops_pct / 100) / full.sum()
+    # The code outside loops runs once per time step, before the step's first loop (which runs once a step).
+    serial = np.zeros(len(times))
+    serial[step[0]] = pub.t_seq_s * 1e9 * (1 - pub.in_loops_pct / 100) / shape.steps
     return times, classes, order, full, serial
 
 
-def _graph_program(rng, pub: Published, scale: float):
-    """A Ligra kernel's loop times under Cilk (ns), classes, run order, counts and serial ns per loop."""
+def _graph_program(rng, pub: Published, shape: Structure, scale: float):
+    """A Ligra kernel's loop times under Cilk (ns), classes, run order, counts and serial ns per loop.
+
+    The fine-grain loops come first (in program order), then the kernel's coarse Cilk loops,
+    each placed before an evenly spaced fine-grain loop.
+    """
     threshold = pub.threshold_us * 1e3
     lo, hi = pub.min_us * 1e3, pub.max_us * 1e3
     short = np.concatenate(([lo], np.exp(rng.uniform(np.log(lo), np.log(threshold * 0.999), pub.fine - 1))))
@@ -284,9 +298,27 @@ def _graph_program(rng, pub: Published, scale: float):
     times = rng.permutation(np.concatenate((short, long)))
     keep = max(2, round(pub.loops * scale))
     ranks = np.argsort(times, kind="stable")
-    order = sorted(int(ranks[i]) for i in np.unique(np.round(np.linspace(0, pub.loops - 1, keep)).astype(int)))
-    serial = (pub.cilk_total_s - pub.cilk_fine_s) * 1e9 / pub.loops
-    return times, ["fine"] * pub.loops, order, np.ones(pub.loops, dtype=int), serial
+    fine = sorted(int(ranks[i]) for i in np.unique(np.round(np.linspace(0, pub.loops - 1, keep)).astype(int)))
+    # The rest of the kernel: equal coarse loops whose Cilk times add up to Cilk total - Cilk fine.
+    rest = (pub.cilk_total_s - pub.cilk_fine_s) * 1e9
+    coarse = np.full(shape.coarse_loops, rest / shape.coarse_loops)
+    kept = max(1, round(shape.coarse_loops * scale))
+    order = _interleave(fine, list(range(pub.loops, pub.loops + kept)))
+    times = np.concatenate((times, coarse))
+    classes = ["fine"] * pub.loops + ["coarse"] * shape.coarse_loops
+    return times, classes, order, np.ones(len(times), dtype=int), np.zeros(len(times))
+
+
+def _interleave(fine: list[int], coarse: list[int]) -> list[int]:
+    """``fine`` in order with the ``coarse`` loops between them, coarse loop j before fine loop (j+1) m / (k+1)."""
+    m, k = len(fine), len(coarse)
+    at = {int(round((j + 1) * m / (k + 1))): c for j, c in enumerate(coarse)}
+    order: list[int] = []
+    for position, index in enumerate(fine):
+        if position in at:
+            order.append(at[position])
+        order.append(index)
+    return order
 
 
 def app_statistics(program: Program, full: bool = True) -> dict[str, float]:
@@ -299,20 +331,21 @@ def app_statistics(program: Program, full: bool = True) -> dict[str, float]:
     """
     pub = PUBLISHED[program.app]
     counts = program.full_counts if full else program.counts
-    present = counts > 0
+    fine = np.array([loop_class(loop.name) == "fine" for loop in program.loops])
+    # A kernel's table covers its fine-grain loops alone; a code's, all of its loops.
+    present = (counts > 0) & (fine if pub.kind == "graph" else True)
     times = np.asarray(program.times_ns)[present]
-    serial = program.serial_ns * float(counts.sum())
+    serial = program.serial_total_ns(full)
     stats = {"loops": int(present.sum()), "min_us": times.min() / 1e3, "avg_us": times.mean() / 1e3,
              "max_us": times.max() / 1e3, "fine": int((times < pub.threshold_us * 1e3).sum())}
     if pub.kind == "code":
         work = np.array([loop.total for loop in program.loops])
         in_loops = float((work * counts).sum())
-        fine = np.array([loop_class(loop.name) == "fine" for loop in program.loops])
         stats.update(t_seq_s=(in_loops + serial) / 1e9, in_loops_pct=100 * in_loops / (in_loops + serial),
                      fine_s=float((work * counts)[fine].sum()) / 1e9)
     else:
-        fine_s = float((np.asarray(program.times_ns) * counts).sum()) / 1e9
-        stats.update(cilk_fine_s=fine_s, cilk_total_s=fine_s + serial / 1e9)
+        cilk = np.asarray(program.times_ns) * counts
+        stats.update(cilk_fine_s=float(cilk[fine].sum()) / 1e9, cilk_total_s=(float(cilk.sum()) + serial) / 1e9)
     return stats
 
 

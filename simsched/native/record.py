@@ -2,9 +2,9 @@
 
 The recording is a native run in which one worker runs every block of k iterations in order
 (k = 1 where the timer is small beside an iteration), each block a chunk the runtime times as
-it times any chunk, so recordings and native runs share one loop body. The other CPUs' workers
-wait at the loops' barriers meanwhile: they hold their CPUs, so other jobs on this machine do
-not share the recording worker's core or caches, as no other job does in a native run. The span the runtime measures
+it times any chunk, so recordings and native runs share one loop body. The worker runs alone:
+a worker spinning at a barrier beside it can slow it (a shared physical core under a virtual
+CPU), and the recording is meant to be what one thread does by itself. The span the runtime measures
 around a block holds, besides its iterations, part of the two clock reads that bound it: the
 span of an empty block, measured first, is taken off every block. A first, untimed pass of
 the kernel warms caches and faults pages in; ``samples`` timed passes follow, and each block's
@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import SimschedError
 from ..output import check_output
 from ..schedulers import get_scheduler
-from . import DEFAULT_TIMEOUT_S, _check_integer, cores, execute, require
+from . import DEFAULT_TIMEOUT_S, _check_integer, execute, require
 from .kernels import Kernel
 
 # A block lasts at least this many empty blocks: the timer's share of its span is at most 1/BLOCK_SPANS.
@@ -35,7 +35,7 @@ SUFFIXES = (".parquet", ".csv", ".npz")
 
 def run_alone(kernel: Kernel, k: int, repeat: int, timeout_s: float = DEFAULT_TIMEOUT_S):
     """The chunk table of ``repeat`` passes of ``kernel``'s program, worker 0 running every block of k in order."""
-    threads = len(cores())
+    threads = 1  # alone: see the module docstring
     sizes = [int(n) for n in kernel.sizes]
     result, _ = execute(get_scheduler("omp-static"), kernel.spec, threads, np.zeros(sum(sizes)), kernel.sizes,
                         repeat, timeout_s=timeout_s, memory=kernel.memory, csr=kernel.csr,

@@ -10,10 +10,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
+
+if TYPE_CHECKING:  # SciPy loads where a graph or matrix is built, not with the command line
+    import scipy.sparse as sp
 
 from ..errors import SimschedError
 from ..spec import Param, resolve_params
@@ -120,6 +122,7 @@ def _rmat(scale: int, edge_factor: int, rng: np.random.Generator) -> sp.csr_matr
 
 def adjacency(n: int, u: np.ndarray, v: np.ndarray, directed: bool) -> sp.csr_matrix:
     """The n x n CSR adjacency of edges u -> v (both ways unless directed), without self-loops or duplicates."""
+    import scipy.sparse as sp
     u = np.asarray(u, dtype=np.int64)
     v = np.asarray(v, dtype=np.int64)
     keep = u != v
@@ -154,6 +157,7 @@ def read_graph(path: "str | Path") -> sp.csr_matrix:
 
 
 def _read_mtx(path: Path) -> sp.csr_matrix:
+    import scipy.sparse as sp
     import scipy.io
 
     try:
@@ -211,6 +215,7 @@ def _read_edge_list(path: Path) -> sp.csr_matrix:
 
 def bfs_levels(graph: sp.csr_matrix, sources: "int | np.ndarray") -> np.ndarray:
     """Every vertex's BFS level from ``sources`` (level 0) along out-edges, -1 where unreached."""
+    import scipy.sparse as sp
     from scipy.sparse.csgraph import breadth_first_order
 
     n = graph.shape[0]

@@ -8,9 +8,12 @@ a fixed seed and prints their row statistics.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
+
+if TYPE_CHECKING:  # SciPy loads where a graph or matrix is built, not with the command line
+    import scipy.sparse as sp
 
 from ..errors import SimschedError
 from ..spec import Param
@@ -28,6 +31,7 @@ POWERLAW_GAMMA = 2.2   # P(length >= k) ~ k**-(gamma - 1): a few rows hold hundr
 
 def read_matrix(path_or_name: "str | Path") -> sp.csr_matrix:
     """A Matrix Market file as CSR, or a shipped matrix by name (a value with no folder and no suffix)."""
+    import scipy.sparse as sp
     text = str(path_or_name)
     if not text:
         raise SimschedError("matrix: empty name (give a shipped matrix, " + ", ".join(KINDS) + ", or a .mtx file)")
@@ -54,6 +58,7 @@ def read_matrix(path_or_name: "str | Path") -> sp.csr_matrix:
 
 def row_statistics(matrix: sp.spmatrix) -> dict[str, float]:
     """Rows, columns, nonzeros and the spread of nonzeros per row: mean, variance, CV, min, max."""
+    import scipy.sparse as sp
     lengths = np.diff(sp.csr_matrix(matrix).indptr)
     mean = float(lengths.mean())
     var = float(lengths.var())
@@ -81,6 +86,7 @@ def row_lengths(kind: str, rows: int, mean: int, rng: np.random.Generator) -> np
 
 def make_matrix(kind: str, rows: int, mean: int, rng: np.random.Generator) -> sp.csr_matrix:
     """A square matrix with ``kind`` row lengths and normal values (``banded``: a circulant band of ``mean`` diagonals)."""
+    import scipy.sparse as sp
     lengths = row_lengths(kind, rows, mean, rng)
     if kind == "banded":
         offsets = np.arange(mean) - mean // 2

@@ -110,9 +110,12 @@ class DaskPool:
             count = address.partition(":")[2]
             if not count.isdigit() or int(count) < 1:
                 raise SimschedError(f"--dask local:N needs a number of workers >= 1, got {address!r}")
+            # Only critical logs: a worker of this cluster that loses its heartbeat while the cluster
+            # shuts down logs an error with a traceback, though nothing failed; a point that fails
+            # is reported from its future.
             with _sigint_ignored():
                 self.cluster = LocalCluster(n_workers=int(count), threads_per_worker=1, processes=True,
-                                            dashboard_address=None, silence_logs=logging.ERROR)
+                                            dashboard_address=None, silence_logs=logging.CRITICAL)
             self.client = Client(self.cluster)
         elif "://" in address:
             try:

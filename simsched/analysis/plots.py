@@ -69,16 +69,24 @@ def plot_ranking(table: pd.DataFrame, out: str | Path | None = None):
     import matplotlib.pyplot as plt
 
     workloads = list(dict.fromkeys(table["workload"]))
-    fig, axes = plt.subplots(1, len(workloads), figsize=(4.5 * len(workloads), 4), squeeze=False, sharey=True)
-    for ax, workload in zip(axes[0], workloads):
+    # At most four panels a row, so many workloads wrap instead of making one unreadably wide strip;
+    # each method keeps one colour in every panel.
+    columns = min(4, len(workloads))
+    panels = -(-len(workloads) // columns)
+    fig, axes = plt.subplots(panels, columns, figsize=(4.5 * columns, 3.8 * panels), squeeze=False)
+    colours = {m: f"C{i % 10}" for i, m in enumerate(dict.fromkeys(table["method"]))}
+    for ax, workload in zip(axes.flat, workloads):
         rows = table[table["workload"] == workload]
         for method, group in rows.groupby("method", sort=False):
             group = group.sort_values("threads")
-            ax.plot(group["threads"], group["speedup"], "o-", ms=3, label=method)
+            ax.plot(group["threads"], group["speedup"], "o-", ms=3, label=method, color=colours[method])
         ax.set_title(workload, fontsize=9)
         ax.set_xlabel("threads")
         ax.grid(True, alpha=0.3)
-    axes[0][0].set_ylabel("speedup (best parameter per method)")
+    for ax in list(axes.flat)[len(workloads):]:
+        ax.set_visible(False)
+    for row in axes:
+        row[0].set_ylabel("speedup (best parameter per method)")
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
     if out is not None:

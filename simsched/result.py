@@ -104,6 +104,7 @@ class Result:
             "chunks": self.chunk_count,
             "repeat": self.repeat,
             "loop_ns": [float(x) for x in self.loop_ns],
+            "loop_names": list(self.loop_names),
             "serial_ns": float(self.serial_ns),
             "loop_class_ns": self.loop_ns_by_class(),
             "events": self.events,

@@ -230,6 +230,7 @@ def test_a_trace_runs_through_the_cli(tmp_path):
     direct = run_loops(eager(given), "omp-dynamic")
     assert result["makespan_ns"] == direct.makespan_ns
     assert result["serial_ns"] == sum(given["serial_ns"]) and len(result["loop_ns"]) == 4
+    assert result["loop_names"] == given["names"]
 
 
 def test_bytes_parameter_and_bytes_column_are_not_both_taken(tmp_path):

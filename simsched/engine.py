@@ -22,17 +22,22 @@ __all__ = ["STATES", "Simulation", "simulate", "simulate_program", "verify_exact
 STATES = ("compute", "schedule", "steal", "split", "create", "sync", "idle")
 
 
+def run_generator(seed) -> np.random.Generator:
+    """The one seeded generator of a run, refused unless ``seed`` is an integer >= 0."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise SimschedError(f"seed must be an integer >= 0, got {seed!r}")
+    return np.random.default_rng(seed)
+
+
 class Simulation:
     """The state of one run: SimPy environment, modeled memory, per-worker accounting and the chunk log."""
 
     def __init__(self, machine: Machine, threads: int, loops: Sequence[Loop] = (), seed: int = 0,
                  keep_chunks: bool = True, timeline: bool = False):
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise SimschedError(f"seed must be an integer >= 0, got {seed!r}")
+        self.rng = run_generator(seed)
         self.machine = machine
         self.threads = machine.check_threads(threads)
         self.seed = seed
-        self.rng = np.random.default_rng(seed)
         self.env = simpy.Environment()
         self.cores = machine.placement(self.threads)
         self.costs = machine.costs

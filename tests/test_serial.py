@@ -38,7 +38,6 @@ def test_every_scheduler_runs_the_serial_code_once_and_accounts_all_time(name):
     result = run(name, 5000.0)
     total = sum(float(v.sum()) for v in result.state_ns.values())
     assert total == pytest.approx(result.makespan_ns * result.threads)
-    assert result.makespan_ns >= 10000.0 + sum(result.loop_ns) - 1e-6
     assert result.makespan_ns == pytest.approx(10000.0 + sum(result.loop_ns))
     if name != "cellss":  # the master is a worker (cellss's master is the PPE): the serial code is its compute
         bare = run(name, 0.0)

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from ..engine import Simulation
+from ..engine import Simulation, run_generator
 from ..errors import ExecutionError, SimschedError
 from ..machine import load_machine
 from ..schedulers import get_scheduler
@@ -123,8 +121,7 @@ def advise(machine, program: str, threads: int, schedulers: list[str] | None = N
     """
     machine = load_machine(machine)
     machine.check_threads(threads)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise SimschedError(f"seed must be an integer >= 0, got {seed!r}")
+    rng = run_generator(seed)  # draws the loops as ``simsched run`` draws them
     candidates = list(DEFAULT_SCHEDULERS if schedulers is None else schedulers)
     if not candidates:
         raise SimschedError("no candidate schedulers")
@@ -138,7 +135,6 @@ def advise(machine, program: str, threads: int, schedulers: list[str] | None = N
     if baseline not in seen:
         candidates.append(baseline)
     workloads = [get_workload(spec) for spec in split_program(program)]
-    rng = np.random.default_rng(seed)
     loops = [loop for workload in workloads for loop in workload.loops(rng)]
     advice = Advice(machine.name, " ; ".join(w.spec for w in workloads), threads, seed, baseline, candidates)
     done: dict[int, dict[str, tuple[float | None, str]]] = {}  # a loop repeated in the program (matmul) runs once

@@ -6,6 +6,7 @@ import numpy as np
 
 from ..errors import SimschedError
 from ..spec import Param
+from . import _cost
 from .program import ProgramWorkload
 
 
@@ -84,10 +85,8 @@ class KMeans(ProgramWorkload):
               "blobs": Param("blobs", int, 8, lambda v: v >= 1, ">= 1", help="Gaussian blobs the points come from"),
               "blob_std": Param("blob_std", float, 0.1, lambda v: v > 0, "> 0",
                                 help="standard deviation of a blob (the square is 1 wide)"),
-              "distance_ns": Param("distance_ns", float, 20.0, lambda v: v >= 0, ">= 0",
-                                   help="cost of one point-centroid distance"),
-              "check_ns": Param("check_ns", float, 5.0, lambda v: v >= 0, ">= 0",
-                                help="cost of a point's bound update and test, paid by every point")}
+              "distance_ns": _cost("distance_ns", 20.0, "cost of one point-centroid distance"),
+              "check_ns": _cost("check_ns", 5.0, "cost of a point's bound update and test, paid by every point")}
     DURATION_PARAMS = ("distance_ns", "check_ns")
 
     def check(self):

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..errors import SimschedError
 from ..spec import Param
-from . import Workload
+from . import Workload, _cost
 
 
 def cube_side(boxes: int) -> int | None:
@@ -46,8 +46,7 @@ class LavaMD(Workload):
                                  help="mean particles per box"),
               "spread": Param("spread", float, 0.5, lambda v: v >= 0, ">= 0",
                               help="coefficient of variation of the boxes' particle density (0: Poisson counts)"),
-              "pair_ns": Param("pair_ns", float, 10.0, lambda v: v >= 0, ">= 0",
-                               help="cost of one particle-particle interaction")}
+              "pair_ns": _cost("pair_ns", 10.0, "cost of one particle-particle interaction")}
     DURATION_PARAMS = ("pair_ns",)
 
     def check(self):

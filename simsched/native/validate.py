@@ -16,7 +16,7 @@ from ..engine import simulate
 from ..errors import SimschedError
 from ..machine import load_machine
 from ..host import HOST_MACHINE_FILE
-from . import NATIVE, check_threads, require, run
+from . import NATIVE, _check_integer, check_threads, require, run
 
 # Shipped as package data, so the reference builds after a plain install too.
 OPENMP_SOURCE = Path(__file__).resolve().parent / "omp_uforall.c"
@@ -292,12 +292,9 @@ def validate_trace(workload: str, machine=HOST_MACHINE_FILE, threads: int | None
 
     path = spec.params["path"]
     meta = trace_metadata(path)
-    block = meta.get("block", 1)
-    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
-        raise SimschedError(f"trace {path}: its metadata's block must be an integer >= 1, got {block!r}")
+    block = _check_integer(f"trace {path}: its metadata's block", meta.get("block", 1), 1, 2**31 - 1)
     kernel = from_meta(meta, f"trace {path}")
-    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
-        raise SimschedError(f"--repeat must be an integer >= 1, got {repeat!r}")
+    repeat = _check_integer("--repeat", repeat, 1, 10**6)
     model = load_machine(machine)
     threads = threads if threads is not None else model.cores
     check_threads(threads)

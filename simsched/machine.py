@@ -16,6 +16,7 @@ import numpy as np
 
 from .errors import SimschedError
 from .hierarchy import MAX_VALUE, Hierarchy, socket_hops
+from .spec import Param, format_spec, parse_spec, resolve_params
 
 # The schema every machine file is checked against: section -> key -> (type, required, check, rule).
 _POSITIVE = (lambda v: v > 0, "> 0")
@@ -498,12 +499,35 @@ def builtin_machines() -> list[str]:
     return sorted(p.name[:-5] for p in _machine_files().iterdir() if p.name.endswith(".toml"))
 
 
+UNIFORM = "uniform"
+# uniform:key=value sets these entries of machines/uniform.toml.
+UNIFORM_PARAMS = {
+    "cores": Param("cores", int, 16, lambda v: 1 <= v <= MAX_CORES, f"in [1, {MAX_CORES}]",
+                   help="cores, all one latency apart"),
+    "latency_ns": Param("latency_ns", float, 100.0, lambda v: v >= 0, ">= 0",
+                        help="one-way core-to-core latency in ns"),
+}
+
+
+def uniform_machine(spec: str) -> Machine:
+    """The parametric machine ``uniform:cores=N,latency_ns=L``: equidistant cores, constant clock, no caches."""
+    _, given = parse_spec(spec, "machine")
+    params = resolve_params(f"machine {UNIFORM}", UNIFORM_PARAMS, given)
+    data = tomllib.loads(_machine_files().joinpath(f"{UNIFORM}.toml").read_text("utf-8"))
+    data["topology"]["cores_per_socket"] = params["cores"]
+    data["latency_ns"]["same_socket"] = params["latency_ns"]
+    data["name"] = format_spec(UNIFORM, params)
+    return Machine.from_dict(data, source=f"{UNIFORM}.toml")
+
+
 def load_machine(name_or_path: str | Path | Machine) -> Machine:
-    """Load a built-in machine by name, or a machine file by path."""
+    """Load a built-in machine by name, a machine file by path, or ``uniform:cores=N,latency_ns=L``."""
     if isinstance(name_or_path, Machine):
         return name_or_path
     text = str(name_or_path)
     path = Path(text)
+    if text.startswith(f"{UNIFORM}:") and not path.exists():
+        return uniform_machine(text)
     if text.endswith(".toml") or path.exists():
         if not path.is_file():
             raise SimschedError(f"machine file not found: {text}")

@@ -127,6 +127,7 @@ CASES: dict[str, Case] = {
     "ok/below-2**53-ns": Case(run_args(workload="uforall:n=10,cost_ns=1e14", repeat=2)),
     "ok/experiment": sweep_case(GOOD_EXPERIMENT),
 
+    "machine/uniform-bad-cores": Case(run_args(machine="uniform:cores=many"), ("machine uniform", "cores='many'")),
     "unknown/machine": Case(run_args(machine="xeon-nonexistent"), ("unknown machine", "xeon-nonexistent")),
     "unknown/scheduler": Case(run_args(scheduler="omp-bogus"), ("unknown scheduler", "omp-bogus")),
     "unknown/workload": Case(run_args(workload="zipf:n=10"), ("unknown workload", "zipf")),

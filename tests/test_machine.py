@@ -1,6 +1,7 @@
 """Machine models: loading, validation, topology graph and latency matrix."""
 
 import copy
+import re
 import tomllib
 
 import numpy as np
@@ -10,7 +11,7 @@ import simsched
 from simsched import SimschedError, builtin_machines, load_machine
 from simsched.machine import Machine
 
-BUILTIN = ["cell-qs22", "haswell-e5-2695v3", "xeon-e5-4620", "xeon-e7-4860v2"]
+BUILTIN = ["cell-qs22", "haswell-e5-2695v3", "uniform", "xeon-e5-4620", "xeon-e7-4860v2"]
 
 
 def test_builtin_machines_are_listed_and_load():
@@ -21,6 +22,28 @@ def test_builtin_machines_are_listed_and_load():
         assert m.latency.shape == (m.cores, m.cores)
         assert np.allclose(m.latency, m.latency.T)
         assert np.all(np.diag(m.latency) == 0)
+
+
+def test_uniform_machine_has_equidistant_cores_and_one_clock():
+    m = load_machine("uniform:cores=48,latency_ns=80")
+    assert m.name == "uniform:cores=48,latency_ns=80"
+    assert (m.sockets, m.cores, m.hierarchy) == (1, 48, None)
+    off_diagonal = m.latency[~np.eye(48, dtype=bool)]
+    assert np.all(off_diagonal == 80.0)
+    # No turbo and no throughput loss: a core runs as fast with 47 busy neighbours as alone.
+    assert np.all(m.speed_factors(48) == m.speed_factors(1)[0])
+    assert load_machine("uniform").cores == 16
+
+
+@pytest.mark.parametrize("spec, needle", [
+    ("uniform:cores=0", "cores=0 must be in [1, 1024]"),
+    ("uniform:cores=2000", "cores=2000 must be in [1, 1024]"),
+    ("uniform:latency_ns=-1", "latency_ns=-1.0 must be >= 0"),
+    ("uniform:core=4", "unknown parameter 'core'"),
+])
+def test_uniform_machine_refuses_bad_parameters(spec, needle):
+    with pytest.raises(SimschedError, match=re.escape(needle)):
+        load_machine(spec)
 
 
 def test_xeon_e7_topology_and_latencies():
@@ -129,8 +152,12 @@ def test_latencies_are_networkx_shortest_paths_bit_for_bit(name, changes):
 
 # -- the memory hierarchy ---------------------------------------------------------------------------------------
 
+# The published machines; uniform models no memory on purpose (it compares schedulers without locality).
+PUBLISHED = [name for name in BUILTIN if name != "uniform"]
+
+
 def test_every_builtin_machine_has_a_memory_hierarchy_innermost_first():
-    for name in BUILTIN:
+    for name in PUBLISHED:
         m = load_machine(name)
         h = m.hierarchy
         assert h is not None, name

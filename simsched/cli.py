@@ -74,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     plot = sub.add_parser("plot", help="plot speedup against loop duration (or, for a [rank] experiment, "
                                        "against threads per method; for a [breakdown] one, stacked time "
                                        "bars; for an [affinity] one, scalability per working set and affinity; for an [apps] one, "
-                                       "gains per application) from sweep results")
+                                       "gains per application; for a [peers] one, makespan over sum/P per "
+                                       "technique) from sweep results")
     plot.add_argument("results", nargs="?", help="results table (CSV/Parquet) or a sweep's output folder")
     plot.add_argument("--timeline", nargs="+", metavar="TRACE", help="instead, a Gantt chart of trace JSON "
                                                                      "file(s) written by --trace")
@@ -325,6 +326,15 @@ def cmd_sweep(args) -> int:
         print(format_apps_table(apps_comparison(table)))
         if experiment.apps.get("published"):
             print(f"published: {experiment.apps['published']}")
+    if experiment.peers is not None and failed < len(frame):
+        from .analysis.peers import format_peers, peers_table
+
+        table = peers_table(frame)
+        table.to_csv(out / "peers.csv", index=False)
+        print()
+        print(format_peers(table))
+        if experiment.peers.get("published"):
+            print(f"published: {experiment.peers['published']}")
     if experiment.published_d_us and failed < len(frame):
         from .analysis import burden_table, format_burden_table
 
@@ -592,10 +602,15 @@ def cmd_plot(args) -> int:
     breakdown = experiment.breakdown if experiment else None
     affinity = experiment.affinity if experiment else None
     apps = experiment.apps if experiment else None
+    peers = experiment.peers is not None if experiment else False
     default = ("breakdown.png" if breakdown else "affinity.png" if affinity else "apps.png" if apps
-               else "speedup.png")
+               else "peers.png" if peers else "speedup.png")
     out = image_path(check_output(Path(args.out) if args.out else folder / default, "--out"))
-    if apps:
+    if peers:
+        from .analysis.peers import peers_table, plot_peers
+
+        plot_peers(peers_table(frame), out)
+    elif apps:
         from .analysis.apps import apps_comparison, apps_table, plot_apps
 
         plot_apps(apps_comparison(apps_table(frame)), out)

@@ -25,13 +25,14 @@ from .errors import Interrupted, SimschedError, parquet
 from .spec import format_spec, parse_spec
 
 AXES = ("machine", "scheduler", "threads", "workload", "seed", "repeat")
-_SECTIONS = {"experiment", "grid", "fit", "rank", "breakdown", "affinity", "apps"}
+_SECTIONS = {"experiment", "grid", "fit", "rank", "breakdown", "affinity", "apps", "peers"}
 _EXPERIMENT_KEYS = {"name", "description"}
 _FIT_KEYS = {"published_d_us", "threads", "source"}
 _RANK_KEYS = {"baseline", "baseline_threads", "threads", "highlight", "published"}
 _BREAKDOWN_KEYS = {"baseline", "published", "source"}
 _AFFINITY_KEYS = {"published", "source"}
 _APPS_KEYS = {"published", "source"}
+_PEERS_KEYS = {"published", "source"}
 
 
 @dataclass
@@ -48,6 +49,7 @@ class Experiment:
     breakdown: dict[str, Any] | None = None
     affinity: dict[str, Any] | None = None
     apps: dict[str, Any] | None = None
+    peers: dict[str, Any] | None = None
 
 
 def load_experiment(path: str | Path) -> Experiment:
@@ -97,7 +99,8 @@ def parse_experiment(data: dict[str, Any], source: str = "<config>", path: Path 
                       rank=_rank_section(data.get("rank"), source, points),
                       breakdown=_breakdown_section(data.get("breakdown"), source),
                       affinity=_affinity_section(data.get("affinity"), source, points),
-                      apps=_apps_section(data.get("apps"), source, points))
+                      apps=_apps_section(data.get("apps"), source, points),
+                      peers=_peers_section(data.get("peers"), source))
 
 
 def _check_fit_grid(points: list[dict[str, Any]], source: str) -> None:
@@ -204,6 +207,14 @@ def _apps_section(section: dict[str, Any] | None, source: str,
     _check_string_keys(section, "apps", _APPS_KEYS, source)
     if not any(parse_spec(p["workload"], "workload")[0] == "app" for p in points):
         raise SimschedError(f"{source}: [apps]: the grid runs no app workload (app:name=...)")
+    return dict(section)
+
+
+def _peers_section(section: dict[str, Any] | None, source: str) -> dict[str, Any] | None:
+    """Validate the optional [peers] section: techniques side by side, makespan over sum/P and chunk counts."""
+    if section is None:
+        return None
+    _check_string_keys(section, "peers", _PEERS_KEYS, source)
     return dict(section)
 
 

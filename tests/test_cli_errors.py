@@ -188,6 +188,8 @@ CASES: dict[str, Case] = {
     "sweep/malformed": sweep_case(mutate(GOOD_EXPERIMENT, "[grid]", "[grid"), "not valid TOML"),
     "sweep/unknown-grid-key": sweep_case(mutate(GOOD_EXPERIMENT, "threads = 4", "threads = 4\nthreds = 8"),
                                          "grid.threds"),
+    "sweep/peers-unknown-key": sweep_case(GOOD_EXPERIMENT + "\n[peers]\nbaseline = 'omp-static'\n", "peers",
+                                          "baseline"),
     "sweep/unknown-section": sweep_case(GOOD_EXPERIMENT + "\n[plots]\nkind = 'bar'\n", "plots"),
     "sweep/non-integer-threads": sweep_case(mutate(GOOD_EXPERIMENT, "threads = 4", "threads = 4.5"),
                                             "threads", "4.5"),

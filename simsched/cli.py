@@ -124,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
                             help="instead, E3's locality benchmark: arrays over working sets sized by the "
                                  "machine file's caches, omp-static, omp-dynamic and hybrid")
     native_val.add_argument("--n", type=_integer, help="--locality: iterations per loop (default 4096)")
+    native_val.add_argument("--schedulers", metavar="LIST",
+                            help="scheduler specs to validate, comma-separated as for advise (default: every one "
+                                 "native mode runs; not with --locality)")
     native_val.add_argument("--workload", metavar="trace:path=FILE",
                             help="instead, a trace recorded by native record: its kernel natively under each "
                                  "scheduler against its recorded costs simulated")
@@ -441,6 +444,8 @@ def cmd_native(args) -> int:
         if args.workload is not None:
             return _native_validate_trace(args)
         if args.locality:
+            if args.schedulers is not None:
+                raise SimschedError("--locality validates its own three schedulers; --schedulers belongs to the others")
             return _native_validate_locality(args)
         if args.n is not None:
             raise SimschedError("--n sets the iterations of the --locality validation; give --locality too")
@@ -448,7 +453,7 @@ def cmd_native(args) -> int:
         if args.points < 2 or args.repeat < 1:
             raise SimschedError("--points must be >= 2 and --repeat >= 1")
         table = validate(check_machine_file(args.machine), args.threads, args.points, args.repeat,
-                         openmp=not args.no_openmp)
+                         _native_schedulers(args.schedulers), openmp=not args.no_openmp)
         if args.json:
             print(table.to_json(orient="records"))
         else:
@@ -492,13 +497,28 @@ def _native_record(args) -> int:
     return 0
 
 
+def _native_schedulers(text: str | None) -> list[str] | None:
+    """The schedulers of --schedulers, each one native mode runs (checked before anything is measured)."""
+    from .analysis.advice import split_schedulers
+    from .native import native_config
+    from .schedulers import get_scheduler
+
+    if text is None:
+        return None
+    names = split_schedulers(text)
+    for name in names:
+        native_config(get_scheduler(name))
+    return names
+
+
 def _native_validate_trace(args) -> int:
     from .native.validate import check_machine_file, format_trace_validation, validate_trace
 
     if args.locality or args.points is not None or args.no_openmp or args.n is not None:
         raise SimschedError("--workload validates a recorded trace; --locality, --points, --no-openmp and --n "
                             "belong to the other validations")
-    table = validate_trace(args.workload, check_machine_file(args.machine), args.threads, args.repeat)
+    table = validate_trace(args.workload, check_machine_file(args.machine), args.threads, args.repeat,
+                           _native_schedulers(args.schedulers))
     if args.json:
         print(table.to_json(orient="records"))
     else:

@@ -314,6 +314,12 @@ def test_calibrate_and_validate_share_a_default_that_works_outside_a_checkout(tm
                        cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert [r["scheduler"] for r in json.loads(proc.stdout)] == list(native.NATIVE)
+    proc = _native_cli("validate", "--threads", 1, "--points", 2, "--repeat", 1, "--no-openmp", "--json",
+                       "--schedulers", "omp-dynamic:chunk=2,omp-guided", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert [r["scheduler"] for r in json.loads(proc.stdout)] == ["omp-dynamic:chunk=2", "omp-guided"]
+    proc = _native_cli("validate", "--threads", 1, "--schedulers", "omp-static,cilk", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == "" and "not cilk" in proc.stderr, proc.stderr
 
 
 def _json(proc: subprocess.CompletedProcess) -> dict:

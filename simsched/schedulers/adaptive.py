@@ -14,7 +14,7 @@ import math
 
 from ..errors import SimschedError
 from ..spec import Param
-from .selfsched import CHUNK_PARAM, SelfScheduling
+from .selfsched import CHUNK_PARAM, Factoring, SelfScheduling
 from .static import BARRIER_PARAM
 
 # The clock's resolution: a measured time is never below one tick, so a speed is never infinite.
@@ -38,6 +38,7 @@ def parse_weights(raw) -> tuple[float, ...]:
     return tuple(weights)
 
 
+# The check raises itself, naming the bad entry; the count is checked when the run knows P.
 WEIGHTS_PARAM = Param("weights", str, "", lambda v: parse_weights(v) is not None, "numbers > 0 separated by colons",
                       help="relative speed of each worker, one per worker, e.g. 1:1:2:2 "
                            "(default: all equal; adaptive ones start from them)")
@@ -49,10 +50,8 @@ def fac2_batches(n: int, threads: int, k: int) -> tuple[list[int], list[int]]:
     Batch j hands out P chunks of max(k, ceil(R_j / 2P)); a claim at iteration ``lo``
     belongs to the last batch starting at or before ``lo``.
     """
-    starts, lo = [], 0
-    while lo < n:
-        starts.append(lo)
-        lo += threads * max(k, -(-(n - lo) // (2 * threads)))
+    # Factoring's chunk table holds each batch's P chunks in turn: every P-th boundary starts a batch.
+    starts = Factoring.bounds(n, threads, k)[:-1][::threads]
     return starts, [n - s for s in starts]
 
 
@@ -89,7 +88,8 @@ class WeightedFactoring(SelfScheduling):
 
     FAC2 batches: batch j holds half of the R_j iterations left when it starts, and worker
     i's chunk in it is max(k, ceil(w_i R_j / 2P)), the weights w normalised to sum to P
-    (the WF case of Cariño and Banicescu's DLS library; LB4OMP's kmp_sch_wf). A claim
+    (as the WF case of Cariño and Banicescu's DLS library; LB4OMP's kmp_sch_wf weights FAC2
+    chunks the same way). A claim
     belongs to the FAC2 batch its first iteration falls in (the master computes the batch
     starts with the loop). A claim reads the shared counter and compare-and-swaps it
     forward, retrying with the value a failed CAS returns.
@@ -109,10 +109,10 @@ class WeightedFactoring(SelfScheduling):
 
     def prepare(self, sim, index):
         super().prepare(sim, index)
-        n, threads = sim.loops[index].n, sim.threads
-        self.starts, self.left = fac2_batches(n, threads, self.params["chunk"])
+        self.n = n = sim.loops[index].n
+        self.starts, self.left = fac2_batches(n, sim.threads, self.params["chunk"])
         # Each worker's published statistics, on a line it writes itself (None: nothing measured yet).
-        self.stats = [sim.memory.line(f"loop[{index}].stats[{w}]", None, home=w) for w in range(threads)]
+        self.stats = [sim.memory.line(f"loop[{index}].stats[{w}]", None, home=w) for w in range(sim.threads)]
 
     def batch(self, lo: int) -> int:
         """The FAC2 batch a claim at ``lo`` falls in."""
@@ -210,7 +210,7 @@ class AdaptiveWeightedFactoring(WeightedFactoring):
         if state.count and (self.PER_CHUNK or batch != state.batch):
             state.batch = batch
             t = self.update_weight(sim, w, state, t)
-        left = self.remaining - lo if self.PER_CHUNK else self.left[batch]
+        left = self.n - lo if self.PER_CHUNK else self.left[batch]
         return max(self.params["chunk"], math.ceil(state.weight * left / (2 * threads))), t
 
     def update_weight(self, sim, w, state, t):
@@ -224,10 +224,6 @@ class AdaptiveWeightedFactoring(WeightedFactoring):
         total = sum(mean / pi for pi in known)
         state.weight = (mean / pis[w]) * len(known) / total
         return t
-
-    def prepare(self, sim, index):
-        super().prepare(sim, index)
-        self.remaining = sim.loops[index].n
 
 
 class AwfB(AdaptiveWeightedFactoring):
@@ -276,10 +272,6 @@ class AdaptiveFactoring(WeightedFactoring):
     summary = "adaptive factoring: chunks from each worker's learned mean and variance of iteration time"
     PARAMS = {"chunk": CHUNK_PARAM, "barrier": BARRIER_PARAM}
     READS_AT_START = READS_AT_END = 1
-
-    def prepare(self, sim, index):
-        super().prepare(sim, index)
-        self.n = sim.loops[index].n
 
     def measured(self, sim, w, state, size, elapsed, t):
         state.count += 1

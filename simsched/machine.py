@@ -65,6 +65,7 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "stack_switch": _key(float, False),
         "split": _key(float, False),
         "task_create": _key(float, False),
+        "timer": _key(float, False),
     },
     "os": {
         "wakeup_ns": _key(float, False),

@@ -217,6 +217,10 @@ CASES: dict[str, Case] = {
     "value/ich-eps-negative": Case(run_args(scheduler="ich:eps=-0.5"), ("eps=-0.5 must be > 0",)),
     "value/stealing-chunk-zero": Case(run_args(scheduler="stealing:chunk=0"), ("chunk=0 must be >= 1",)),
     "value/cilk-grain-zero": Case(run_args(scheduler="cilk:grain=0"), ("grain=0 must be >= 1",)),
+    "value/wf-weights-length": Case(run_args(scheduler="wf:weights=1:2"), ("weights", "2 entries", "P=4")),
+    "value/wf-weights-negative": Case(run_args(scheduler="wf:weights=1:-1:1:1"), ("weights", "'-1'", "> 0")),
+    "value/wf-weights-text": Case(run_args(scheduler="awf-b:weights=1:a:1:1"), ("weights", "'a'", "not a number")),
+    "value/af-chunk-zero": Case(run_args(scheduler="af:chunk=0"), ("chunk=0 must be >= 1",)),
     "unknown/hybrid-parameter": Case(run_args(scheduler="hybrid:chunk=4"), ("unknown parameter 'chunk'",)),
 
     # Output files that cannot be written: under a regular file (root may write anywhere else), in /proc.

@@ -39,6 +39,12 @@ NATIVE = {
     "stealing": ("stealing", True, True, None),
     "ich": ("ich", True, True, None),
     "hybrid": ("hybrid", True, True, "tree"),
+    "wf": ("wf", True, True, None),
+    "awf-b": ("awf-b", True, True, None),
+    "awf-c": ("awf-c", True, True, None),
+    "awf-d": ("awf-d", True, True, None),
+    "awf-e": ("awf-e", True, True, None),
+    "af": ("af", True, True, None),
 }
 DEFAULT_TIMEOUT_S = 60.0
 MAX_REPEAT = 1_000_000
@@ -238,6 +244,11 @@ def execute(sched, workload: str, threads: int, costs: np.ndarray, sizes, repeat
     share, barrier, fork_full, join_full, chunk = native_config(sched, int(sizes.max()), threads)
     memory = memory or (b"", "stride", 8, 0, 0)  # the extension's defaults: no memory kernel
     rows, offsets = b"", b""
+    if "weights" in sched.params:
+        # The weighted shares read their normalised starting weights where replay reads its plan.
+        from ..schedulers.adaptive import normalised, parse_weights
+
+        rows = np.asarray(normalised(parse_weights(sched.params["weights"]), threads), dtype=np.float64).tobytes()
     if plan is not None:
         share, barrier, fork_full, join_full, chunk = "replay", "tree", True, True, 0
         rows, offsets = (np.ascontiguousarray(part, dtype=np.int64).tobytes() for part in plan)

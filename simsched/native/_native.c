@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -120,6 +121,11 @@ struct run {
     const int32_t *indices;
     const double *values, *x;
     double *out;
+    /* Weighted and adaptive factoring: each worker's normalised starting weight (NULL: all 1), its
+     * published statistics (one padded slot each) and its private measurements. */
+    const double *weights;
+    struct stat_slot *stats;
+    struct adapt_state *adapt;
 };
 
 #define CHECK_ABORT(r) do { if (atomic_load_explicit(&(r)->abort_flag, memory_order_relaxed)) pthread_exit(NULL); } while (0)
@@ -316,6 +322,143 @@ static void join_half(run_t *r, int w, worker_state *s, long loop)
 
 static inline uint64_t pack(long lo, long hi) { return ((uint64_t)lo << 32) | (uint64_t)hi; }
 
+/* ---- weighted and adaptive factoring (wf, awf-b .. awf-e, af) ---------------------------------
+ * The same rules as simsched/schedulers/adaptive.py: FAC2 batches, claims by compare-and-swap on the
+ * shared next-iteration counter, chunk times read with the runtime's clock, statistics published in
+ * one padded slot per worker. */
+enum { SHARE_WF = 100, SHARE_AWF_B, SHARE_AWF_C, SHARE_AWF_D, SHARE_AWF_E, SHARE_AF };
+static const char *ADAPTIVE_SHARES[] = {"wf", "awf-b", "awf-c", "awf-d", "awf-e", "af", NULL};
+
+/* AWF: a = pi (the weighted average iteration time); AF: a = mu, b = sigma^2; a < 0: nothing published. */
+struct stat_slot { _Alignas(LINE) _Atomic double a, b; };
+
+struct adapt_state {
+    double weight, sum_time, sum_iters, sum_avg, sum_avg2, last;
+    long count, size, batch;
+};
+
+#define CLOCK_TICK_NS 1.0
+
+static void adaptive_prepare(run_t *r)
+{
+    for (int w = 0; w < r->threads; w++) {
+        atomic_store(&r->stats[w].a, -1.0);
+        atomic_store(&r->stats[w].b, 0.0);
+        r->adapt[w] = (struct adapt_state){r->weights ? r->weights[w] : 1.0, 0, 0, 0, 0, -1.0, 0, 0, -1};
+    }
+}
+
+/* The FAC2 batch a claim at ``lo`` falls in, and the iterations left when it started. */
+static long fac2_batch(run_t *r, long lo, long *left)
+{
+    long n = r->n, P = r->threads, start = 0, j = 0;
+    for (;;) {
+        long f = (n - start + 2 * P - 1) / (2 * P);
+        if (f < r->chunk) f = r->chunk;
+        long next = start + P * f;
+        if (next > lo || next >= n) { *left = n - start; return j; }
+        start = next;
+        j++;
+    }
+}
+
+static void awf_measured(run_t *r, int w, struct adapt_state *a, long size, double elapsed)
+{
+    long k = ++a->count;
+    a->sum_time += (double)k * (elapsed > CLOCK_TICK_NS ? elapsed : CLOCK_TICK_NS);
+    a->sum_iters += (double)k * (double)size;
+    atomic_store(&r->stats[w].a, a->sum_time / a->sum_iters);
+}
+
+static void af_measured(run_t *r, int w, struct adapt_state *a, long size, double elapsed)
+{
+    long c = ++a->count;
+    double sample = (elapsed > CLOCK_TICK_NS ? elapsed : CLOCK_TICK_NS) / (double)size;
+    a->sum_avg += sample;
+    a->sum_avg2 += sample * sample;
+    double mu = a->sum_avg / (double)c, var = 0.0;
+    if (c > 1) {
+        var = (a->sum_avg2 - (double)c * mu * mu) / (double)(c - 1);
+        if (var < 0) var = 0.0;
+    }
+    atomic_store(&r->stats[w].b, var);
+    atomic_store(&r->stats[w].a, mu);
+}
+
+/* Read every worker's pi and recompute w's weight over those that have published. */
+static void awf_update_weight(run_t *r, int w, struct adapt_state *a)
+{
+    int P = r->threads, m = 0;
+    double pis[P], sum = 0, total = 0;
+    for (int j = 0; j < P; j++) {
+        pis[j] = atomic_load(&r->stats[j].a);
+        if (pis[j] >= 0) { sum += pis[j]; m++; }
+    }
+    double mean = sum / m;
+    for (int j = 0; j < P; j++) if (pis[j] >= 0) total += mean / pis[j];
+    a->weight = (mean / pis[w]) * m / total;
+}
+
+static long adaptive_size(run_t *r, int w, struct adapt_state *a, long lo)
+{
+    long n = r->n, P = r->threads, left, k = r->chunk, size;
+    if (r->share == SHARE_AF) {
+        if (!a->count) return k;
+        double mine_mu = atomic_load(&r->stats[w].a), mine_var = atomic_load(&r->stats[w].b);
+        double d = 0, t_inv = 0;
+        for (int j = 0; j < P; j++) {
+            double mu = atomic_load(&r->stats[j].a), var = atomic_load(&r->stats[j].b);
+            if (mu < 0) { mu = mine_mu; var = mine_var; }
+            d += var / mu;
+            t_inv += 1.0 / mu;
+        }
+        double t = 1.0 / t_inv, R = (double)(n - lo);
+        size = (long)ceil((d + 2.0 * t * R - sqrt(d * d + 4.0 * d * t * R)) / (2.0 * mine_mu));
+        return size > k ? size : k;
+    }
+    long batch = fac2_batch(r, lo, &left);
+    int per_chunk = r->share == SHARE_AWF_C || r->share == SHARE_AWF_E;
+    if (r->share != SHARE_WF && a->count && (per_chunk || batch != a->batch)) {
+        a->batch = batch;
+        awf_update_weight(r, w, a);
+    }
+    if (per_chunk) left = n - lo;
+    size = (long)ceil(a->weight * (double)left / (double)(2 * P));
+    return size > k ? size : k;
+}
+
+static void run_adaptive(run_t *r, int w, worker_state *s, int loop)
+{
+    struct adapt_state *a = &r->adapt[w];
+    long n = r->n;
+    int elapsed = r->share == SHARE_AWF_D || r->share == SHARE_AWF_E;
+    int timed = r->share != SHARE_WF && !elapsed;
+    for (;;) {
+        if (elapsed) {   /* one clock read per request: the time since the last one includes scheduling */
+            double t = now_ns();
+            if (a->last >= 0) awf_measured(r, w, a, a->size, t - a->last);
+            a->last = t;
+        }
+        long lo = atomic_load(&r->next.v), hi = lo;
+        s->claims++;
+        while (lo < n) {
+            long size = adaptive_size(r, w, a, lo);
+            hi = lo + size < n ? lo + size : n;
+            if (atomic_compare_exchange_strong(&r->next.v, &lo, hi)) break;
+            s->failed_claims++;
+        }
+        if (lo >= n) return;
+        double start = timed ? now_ns() : 0;
+        run_chunk(r, s, loop, lo, hi);
+        a->size = hi - lo;
+        if (timed) {
+            double took = now_ns() - start;
+            if (r->share == SHARE_AF) af_measured(r, w, a, hi - lo, took);
+            else awf_measured(r, w, a, hi - lo, took);
+        }
+    }
+}
+
 static void prepare(run_t *r, int loop)
 {
     r->n = (int)r->sizes[loop % r->program];
@@ -336,6 +479,7 @@ static void prepare(run_t *r, int loop)
             atomic_store(&r->ich_k[w].v, 0);
         }
     }
+    if (r->share >= SHARE_WF) adaptive_prepare(r);
     if (r->share == SHARE_HYBRID) {
         for (int i = 0; i < r->partitions; i++) atomic_store(&r->claimed[i].v, 0);
         for (int w = 0; w < P; w++) atomic_store(&r->ranges[w].v, 0);
@@ -533,6 +677,9 @@ static void share(run_t *r, int w, worker_state *s, int loop)
     case SHARE_HYBRID:
         run_hybrid(r, w, s, loop);
         break;
+    default:
+        if (r->share >= SHARE_WF) run_adaptive(r, w, s, loop);
+        break;
     }
 }
 
@@ -681,7 +828,8 @@ static int map_arrays(run_t *r, Py_buffer *elems, const char *pattern, long line
  * -> dict(chunks=bytes, workers=bytes, state=bytes (compute, schedule, sync per worker), loop_end=list,
  *         counters=dict, pinned=bool, marks=bytes (with timeline: P x loops x 4 doubles, else empty),
  *         out=bytes (the CSR kernel's n_rows outputs, else empty));
- * the plan is only read by the "replay" share; the caller checks the CSR arrays' indices are in range */
+ * the plan is only read by the "replay" share, except that the weighted shares (wf, awf-*) read P float64
+ * starting weights from it (b"": all 1); the caller checks the CSR arrays' indices are in range */
 static PyObject *native_run(PyObject *self, PyObject *args)
 {
     Py_buffer costs, plan = {0}, plan_start = {0}, elems = {0}, sizes = {0};
@@ -727,8 +875,10 @@ static PyObject *native_run(PyObject *self, PyObject *args)
     r.partitions = 1;
     while (r.partitions < threads) r.partitions *= 2;
     r.claimed = aligned_alloc(LINE, (size_t)r.partitions * sizeof(padded));
+    r.stats = aligned_alloc(LINE, (size_t)threads * sizeof *r.stats);
+    r.adapt = calloc((size_t)threads, sizeof *r.adapt);
     if (!cpus || !wargs || !r.ws || !r.loop_end || !r.ranges || !r.arrived || !r.released || !r.ich_d
-        || !r.ich_k || !r.claimed) {
+        || !r.ich_k || !r.claimed || !r.stats || !r.adapt) {
         PyErr_NoMemory();
         goto done;
     }
@@ -782,6 +932,11 @@ static PyObject *native_run(PyObject *self, PyObject *args)
         if (!r.out) { PyErr_NoMemory(); goto done; }
     }
     r.share = lookup(share_name, SHARES);
+    if (r.share < 0 && lookup(share_name, ADAPTIVE_SHARES) >= 0) {
+        r.share = SHARE_WF + lookup(share_name, ADAPTIVE_SHARES);
+        /* The weighted shares take their P starting weights where replay takes its plan. */
+        if (plan.buf && plan.len == (Py_ssize_t)((size_t)threads * sizeof(double))) r.weights = plan.buf;
+    }
     r.barrier = lookup(barrier_name, BARRIERS);
     r.fork_full = fork_full;
     r.join_full = join_full;
@@ -881,6 +1036,7 @@ done:
     if (r.ws) for (int w = 0; w < threads; w++) { free(r.ws[w].recs); free(r.ws[w].marks); }
     free(cpus); free(wargs); free(r.ws); free(r.loop_end);
     free(r.ranges); free(r.arrived); free(r.released); free(r.ich_d); free(r.ich_k); free(r.claimed);
+    free(r.stats); free(r.adapt);
     if (r.arrays) munmap(r.arrays, r.mapped);
     free(r.offsets);
     free(r.bases);

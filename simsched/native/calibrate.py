@@ -112,11 +112,11 @@ store = 1.0                # assumed, not measured: a store retires into the sto
 loop_setup = {loop_setup:.1f}        # median native empty one-iteration omp-static loop on one thread, less a chunk
 chunk = {chunk:.1f}             # median native per-chunk time of omp-dynamic chunk=1 on one thread, less an atomic
 combine = 1.0              # assumed, not measured: combining two partial results is an add or two
+timer = {m["clock_read"]:.1f}             # one CLOCK_MONOTONIC read (the clock the native runtime times chunks with), mean of 10^6
 # fetch-and-add ns per operation with 1..{p} contending threads: [{curve}]
 
 [os]
 wakeup_ns = {m["wakeup"]:.0f}          # condition-variable signal until the blocked thread runs, mean of 200
-# one CLOCK_MONOTONIC read (the busy-wait's granularity): {m["clock_read"]:.1f} ns
 ''' + hierarchy_text(m["memory"])
 
 

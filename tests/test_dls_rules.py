@@ -211,6 +211,9 @@ def test_native_run_runs_each_technique(outcomes, spec):
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["counters"]["chunks"] >= 1
+    # Exactly the simulator's counter keys, less the memory model's.
+    assert set(result["counters"]) == set(native.simulated_counter_keys(spec))
+    assert result["counters"]["failed_claims"] == THREADS   # each worker's last claim finds the table spent
 
 
 @needs_native

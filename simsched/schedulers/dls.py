@@ -262,7 +262,7 @@ class RandomChunks(ChunkRule):
 
 
 class PerformanceBased(ChunkRule):
-    """Performance-based loop scheduling (Shao et al. 2005): a static part, then guided self-scheduling.
+    """Performance-based loop scheduling (Shih, Yang & Tseng 2007): a static part, then guided self-scheduling.
 
     Each worker w first runs its static block [w s, (w+1) s) of the first P s iterations,
     s = ceil(N SWR / P) (as LB4OMP's kmp_sch_pls), without a claim; the rest is claimed in

@@ -274,7 +274,7 @@ def chunk_tables(sched, costs: np.ndarray, sizes: np.ndarray, loops: int, cpus: 
     """
     from ..loop import Loop
 
-    if getattr(sched, "claim_ns", 0) is None and sched.params.get("h") is None:
+    if "h" in sched.PARAMS and sched.params["h"] is None:
         sched.claim_ns = float(_native.fetch_add(list(cpus[:2]), 20000))
     starts = np.concatenate(([0], np.cumsum(sizes)))
     program = [Loop(costs[starts[i]:starts[i + 1]]) for i in range(sizes.size)]

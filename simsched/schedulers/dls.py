@@ -79,7 +79,7 @@ class FixedSizeChunking(ChunkRule):
                              "overhead of one claim in ns (default: the modeled claim's cost)"),
               "sigma": _optional("sigma", ">= 0", lambda v: v >= 0,
                                  "standard deviation of an iteration's time in ns (default: the loop's)")}
-    # The modeled claim's cost, set per run (natively: measured) when h is not given.
+    # The claim's cost when h is not given: modeled, set by ``setup`` for each run (natively: measured).
     claim_ns: float | None = None
 
     def setup(self, sim) -> None:

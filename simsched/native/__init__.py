@@ -45,6 +45,10 @@ NATIVE = {
     "awf-d": ("awf-d", True, True, None),
     "awf-e": ("awf-e", True, True, None),
     "af": ("af", True, True, None),
+    # Chunk tables computed by the scheduler's own ``bounds`` and claimed by index (pls: its static blocks first).
+    **{name: ("table", True, True, None) for name in ("tss", "fac2", "fsc", "mfsc", "fac", "tfss", "fiss", "viss",
+                                                      "rnd")},
+    "pls": ("static-table", True, True, None),
 }
 DEFAULT_TIMEOUT_S = 60.0
 MAX_REPEAT = 1_000_000
@@ -222,12 +226,12 @@ def run(scheduler, workload, threads: int, seed: int = 0, repeat: int = 1,
     costs, footprint, rng = _program(spec, seed)
     memory = kernel(_footprint(spec, footprint, costs.size, array_bytes), rng)
     return execute(sched, spec.spec, threads, costs, [costs.size], repeat, seed=seed, timeout_s=timeout_s,
-                   memory=memory, timeline=timeline)[0]
+                   memory=memory, timeline=timeline, rng=rng)[0]
 
 
 def execute(sched, workload: str, threads: int, costs: np.ndarray, sizes, repeat: int, seed: int = 0,
             timeout_s: float = DEFAULT_TIMEOUT_S, memory: tuple = (), csr: tuple = (),
-            timeline: bool = False, plan: tuple | None = None) -> tuple[Result, bytes]:
+            timeline: bool = False, plan: tuple | None = None, rng=None) -> tuple[Result, bytes]:
     """Run a program of loops of ``sizes`` iterations (``costs`` for all of them, in order) ``repeat`` times
     under the scheduler object ``sched``; each iteration runs the memory kernel (``memory``: :func:`kernel`'s
     arguments) or the CSR-row kernel (``csr``), then busy-waits its cost. Returns the Result and the CSR
@@ -235,6 +239,7 @@ def execute(sched, workload: str, threads: int, costs: np.ndarray, sizes, repeat
 
     With ``plan`` = (int64 (loop, lo, hi) rows by worker, int64 offsets of each worker's first row, P + 1),
     the workers run exactly those chunks in that order instead, loop by loop between full barriers.
+    A scheduler with a chunk table draws it from ``rng``, the run's generator (default: one seeded with ``seed``).
     """
     cpus = check_threads(threads)
     sizes = np.ascontiguousarray(sizes, dtype=np.int64)
@@ -249,6 +254,9 @@ def execute(sched, workload: str, threads: int, costs: np.ndarray, sizes, repeat
         from ..schedulers.adaptive import normalised, parse_weights
 
         rows = np.asarray(normalised(parse_weights(sched.params["weights"]), threads), dtype=np.float64).tobytes()
+    elif share in ("table", "static-table"):
+        rng = np.random.default_rng(seed) if rng is None else rng
+        rows, offsets = chunk_tables(sched, costs, sizes, loops, cpus, rng)
     if plan is not None:
         share, barrier, fork_full, join_full, chunk = "replay", "tree", True, True, 0
         rows, offsets = (np.ascontiguousarray(part, dtype=np.int64).tobytes() for part in plan)
@@ -266,6 +274,26 @@ def execute(sched, workload: str, threads: int, costs: np.ndarray, sizes, repeat
     result = _result(trace, sched.spec, workload, threads, seed, costs, list(sizes) * int(repeat), int(repeat))
     result.counters = simulator_counters(sched.spec, result.counters)
     return result, trace["out"]
+
+
+def chunk_tables(sched, costs: np.ndarray, sizes: np.ndarray, loops: int, cpus: list[int], rng) -> tuple[bytes, bytes]:
+    """The int64 chunk bounds of a table scheduler, computed by its own ``bounds`` as a simulation does, and the
+    offsets of each table: one table per program loop, or per loop run when the rule draws from ``rng``.
+
+    fsc without ``h`` takes the claim overhead measured here: the mean fetch-and-add time of two
+    threads on one line (of one, for one thread).
+    """
+    from ..loop import Loop
+
+    if "h" in sched.PARAMS and sched.params["h"] is None:
+        sched.claim_ns = float(_native.fetch_add(list(cpus[:2]), 20000))
+    starts = np.concatenate(([0], np.cumsum(sizes)))
+    program = [Loop(costs[starts[i]:starts[i + 1]]) for i in range(sizes.size)]
+    count = loops if sched.RANDOM else sizes.size
+    tables = [np.asarray(sched.bounds(program[t % sizes.size].n, len(cpus), program[t % sizes.size], rng),
+                         dtype=np.int64) for t in range(count)]
+    offsets = np.cumsum([0] + [table.size for table in tables], dtype=np.int64)
+    return np.concatenate(tables).tobytes(), offsets.tobytes()
 
 
 # Counters the simulator reports that are zero natively by construction.

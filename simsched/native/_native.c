@@ -51,6 +51,8 @@ static inline void cpu_relax(void)
 /* ---- runs ------------------------------------------------------------------------------ */
 
 enum { SHARE_STATIC, SHARE_DYNAMIC, SHARE_GUIDED, SHARE_STEALING, SHARE_REPLAY, SHARE_ICH, SHARE_HYBRID };
+/* Chunk tables precomputed by the caller, claimed by index; static-table: chunk w of each table is worker w's. */
+enum { SHARE_TABLE = SHARE_HYBRID + 1, SHARE_STATIC_TABLE };
 enum { BARRIER_CENTRAL, BARRIER_TREE };
 
 typedef struct { int64_t loop, lo, hi; double start, end; } chunk_rec;
@@ -99,6 +101,8 @@ struct run {
     padded ready, started;      /* the start: every thread up and pinned before the clock starts */
     /* replay: each worker's chunks (loop, lo, hi) in order, worker w's from plan_start[w] to plan_start[w+1] */
     const int64_t *plan, *plan_start;
+    int tables;                 /* table / static-table: loop l claims from table l % tables, whose bounds are
+                                 * plan[plan_start[t]] .. plan[plan_start[t + 1] - 1] */
     double eps;                 /* iCh: band around the mean progress */
     padded ich_total;           /* iCh: sum of every thread's k, so mu = total / P */
     padded *ich_d, *ich_k;      /* iCh: each thread's divisor and progress, read by its thieves */
@@ -463,7 +467,7 @@ static void prepare(run_t *r, int loop)
 {
     r->n = (int)r->sizes[loop % r->program];
     r->base = r->bases[loop % r->program];
-    atomic_store(&r->next.v, 0);
+    atomic_store(&r->next.v, r->share == SHARE_STATIC_TABLE ? r->threads : 0);
     int P = r->threads;
     if (r->share == SHARE_STEALING || r->share == SHARE_ICH)
         for (int w = 0; w < P; w++) {
@@ -628,6 +632,22 @@ static void run_hybrid(run_t *r, int w, worker_state *s, int loop)
     }
 }
 
+/* Claim chunk indices of loop ``loop``'s table by fetch-and-add; static-table: run chunk w first, unclaimed. */
+static void run_table(run_t *r, int w, worker_state *s, int loop)
+{
+    int t = loop % r->tables;
+    const int64_t *b = r->plan + r->plan_start[t];
+    long count = (long)(r->plan_start[t + 1] - r->plan_start[t]) - 1;
+    if (r->share == SHARE_STATIC_TABLE && w < count && b[w + 1] > b[w])
+        run_chunk(r, s, loop, (long)b[w], (long)b[w + 1]);
+    for (;;) {
+        long i = atomic_fetch_add(&r->next.v, 1);
+        s->claims++;
+        if (i >= count) { s->failed_claims++; break; }
+        run_chunk(r, s, loop, (long)b[i], (long)b[i + 1]);
+    }
+}
+
 static void share(run_t *r, int w, worker_state *s, int loop)
 {
     long n = r->n, lo, hi;
@@ -676,6 +696,10 @@ static void share(run_t *r, int w, worker_state *s, int loop)
         break;
     case SHARE_HYBRID:
         run_hybrid(r, w, s, loop);
+        break;
+    case SHARE_TABLE:
+    case SHARE_STATIC_TABLE:
+        run_table(r, w, s, loop);
         break;
     default:
         if (r->share >= SHARE_WF) run_adaptive(r, w, s, loop);
@@ -759,7 +783,8 @@ static int run_threads(int threads, const int *cpus, void *(*body)(void *), void
     return status;
 }
 
-static const char *SHARES[] = {"static", "dynamic", "guided", "stealing", "replay", "ich", "hybrid", NULL};
+static const char *SHARES[] = {"static", "dynamic", "guided", "stealing", "replay", "ich", "hybrid", "table",
+                               "static-table", NULL};
 static const char *BARRIERS[] = {"central", "tree", NULL};
 
 static int lookup(const char *name, const char **names)
@@ -828,8 +853,35 @@ static int map_arrays(run_t *r, Py_buffer *elems, const char *pattern, long line
  * -> dict(chunks=bytes, workers=bytes, state=bytes (compute, schedule, sync per worker), loop_end=list,
  *         counters=dict, pinned=bool, marks=bytes (with timeline: P x loops x 4 doubles, else empty),
  *         out=bytes (the CSR kernel's n_rows outputs, else empty));
- * the plan is only read by the "replay" share, except that the weighted shares (wf, awf-*) read P float64
- * starting weights from it (b"": all 1); the caller checks the CSR arrays' indices are in range */
+ * the plan is only read by the "replay" share, by "table" and "static-table" as their chunk tables (int64
+ * bounds of each table one after another, and the offsets of each table's first bound: tables + 1 of them),
+ * and by the weighted shares (wf, awf-*) as P float64 starting weights (b"": all 1); the caller checks the
+ * CSR arrays' indices are in range */
+/* Point the run at its chunk tables after checking that each is 0 = b0 <= b1 <= ... = its loop's size and that
+ * tables are whole programs (so table l % tables belongs to program loop l % program); -1 with an error set. */
+static int check_tables(run_t *r, Py_buffer *plan, Py_buffer *plan_start)
+{
+    Py_ssize_t tables = plan_start->buf ? plan_start->len / (Py_ssize_t)sizeof(int64_t) - 1 : 0;
+    const int64_t *b = plan->buf, *start = plan_start->buf;
+    int ok = tables >= 1 && tables <= INT32_MAX && plan_start->len % (Py_ssize_t)sizeof(int64_t) == 0
+             && tables % r->program == 0 && start[0] == 0
+             && start[tables] * (Py_ssize_t)sizeof(int64_t) == plan->len;
+    for (Py_ssize_t t = 0; ok && t < tables; t++) {
+        int64_t first = start[t], last = start[t + 1] - 1;
+        ok = last > first && b[first] == 0 && b[last] == r->sizes[t % r->program];
+        for (int64_t i = first; ok && i < last; i++) ok = b[i] <= b[i + 1];
+    }
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "native run: a chunk table must hold tables of bounds 0 <= ... = n, "
+                                          "a whole number of programs, and their offsets");
+        return -1;
+    }
+    r->plan = b;
+    r->plan_start = start;
+    r->tables = (int)tables;
+    return 0;
+}
+
 static PyObject *native_run(PyObject *self, PyObject *args)
 {
     Py_buffer costs, plan = {0}, plan_start = {0}, elems = {0}, sizes = {0};
@@ -949,10 +1001,15 @@ static PyObject *native_run(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "native run: bad share, barrier, thread count or empty loop");
         goto done;
     }
+    if (r.share == SHARE_TABLE || r.share == SHARE_STATIC_TABLE) {
+        if (check_tables(&r, &plan, &plan_start) < 0) goto done;
+    }
     /* Reserve (and touch) each worker's trace up front, so growing it does not fault pages inside loops. */
     size_t mean_n = (size_t)r.total / (size_t)r.program + 1;
     size_t per_loop = r.share == SHARE_STATIC ? (r.chunk > 0 ? mean_n / r.chunk / threads + 2 : 1)
                     : mean_n / (r.chunk > 0 ? r.chunk : 1) / threads * 2 + 16;
+    if (r.tables)   /* a table says how many chunks there are */
+        per_loop = (size_t)(r.plan_start[r.tables] / r.tables) / threads * 2 + 16;
     size_t reserve = per_loop * (size_t)loops;
     if (reserve > ((size_t)1 << 22)) reserve = (size_t)1 << 22;
     for (int w = 0; w < threads; w++) {

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import SimschedError
 from ..spec import parse_spec
-from . import adaptive, binlpt, finegrain, hybrid, ich, lbs, selfsched, static, stealing  # noqa: F401  (registration)
+from . import adaptive, binlpt, dls, finegrain, hybrid, ich, lbs, selfsched, static, stealing  # noqa: F401  (registration)
 from .base import Scheduler
 
 

@@ -51,7 +51,7 @@ def fac2_batches(n: int, threads: int, k: int) -> tuple[list[int], list[int]]:
     belongs to the last batch starting at or before ``lo``.
     """
     # Factoring's chunk table holds each batch's P chunks in turn: every P-th boundary starts a batch.
-    starts = Factoring.bounds(n, threads, k)[:-1][::threads]
+    starts = Factoring(chunk=k).bounds(n, threads, None, None)[:-1][::threads]
     return starts, [n - s for s in starts]
 
 

@@ -138,9 +138,12 @@ class IndexedChunks(SelfScheduling):
     """
 
     COUNTERS = STEALING_COUNTERS
+    # Whether the table draws from the run's generator: then every loop of a run gets a table of its own.
+    RANDOM = False
 
     def prepare(self, sim, index):
-        bounds = self.bounds(sim.loops[index].n, sim.threads, self.params["chunk"])
+        loop = sim.loops[index]
+        bounds = self.bounds(loop.n, sim.threads, loop, sim.rng)
         self.ranges = list(zip(bounds[:-1], bounds[1:]))
         self.next = sim.memory.line(f"loop[{index}].chunk", 0, home=0)
 
@@ -148,9 +151,12 @@ class IndexedChunks(SelfScheduling):
         t = yield from claim_by_index(sim, w, index, self.next, self.ranges)
         yield sim.wait(w, "schedule", t)
 
-    @staticmethod
-    def bounds(n, threads, k):
-        """The chunk boundaries 0 = b0 < b1 < ... = n for a loop of ``n`` iterations."""
+    def bounds(self, n, threads, loop, rng):
+        """The chunk boundaries 0 = b0 < b1 < ... = n for ``loop`` (n iterations) on ``threads`` workers.
+
+        ``loop`` gives the iteration costs to rules that use their mean or deviation; ``rng``
+        is the run's one generator, for rules that draw.
+        """
         raise NotImplementedError
 
 
@@ -159,21 +165,32 @@ class Trapezoid(IndexedChunks):
 
     Each size is rounded to the nearest integer (halves up) and floored at ``chunk``;
     the chunk that reaches N is cut there, and if the rounded sizes fall short, the
-    last chunk takes what is left.
+    last chunk takes what is left. With ``rounding=truncate`` the decrement itself is
+    truncated to an integer, d = floor((f - l) / (C - 1)), and chunk i is f - i*d, as
+    LoopSim (and libomp's trapezoidal schedule) compute it.
     """
 
     name = "tss"
     summary = "trapezoid self-scheduling: linearly shrinking chunks, claimed by index"
+    PARAMS = {**SelfScheduling.PARAMS,
+              "rounding": Param("rounding", str, "round", choices=("round", "truncate"),
+                                help="round: each size to the nearest integer; truncate: the decrement "
+                                     "to an integer (LoopSim)")}
 
-    @staticmethod
-    def bounds(n, threads, k):
+    def bounds(self, n, threads, loop, rng):
+        k = self.params["chunk"]
         first, last = math.ceil(n / (2 * threads)), 1
         count = math.ceil(2 * n / (first + last))
         gaps = max(count - 1, 1)
+        step = (first - last) // gaps
+        truncate = self.params["rounding"] == "truncate"
         bounds, lo = [0], 0
         for i in range(count):
-            # round(first - i * (first - last) / gaps), halves up, in exact integers.
-            size = (2 * (first * gaps - i * (first - last)) + gaps) // (2 * gaps)
+            if truncate:
+                size = first - i * step
+            else:
+                # round(first - i * (first - last) / gaps), halves up, in exact integers.
+                size = (2 * (first * gaps - i * (first - last)) + gaps) // (2 * gaps)
             lo = min(lo + max(size, k), n)
             bounds.append(lo)
             if lo == n:
@@ -188,8 +205,8 @@ class Factoring(IndexedChunks):
     name = "fac2"
     summary = "factoring: batches of P chunks of ceil(R/2P), claimed by index"
 
-    @staticmethod
-    def bounds(n, threads, k):
+    def bounds(self, n, threads, loop, rng):
+        k = self.params["chunk"]
         bounds, lo = [0], 0
         while lo < n:
             size = max(k, math.ceil((n - lo) / (2 * threads)))

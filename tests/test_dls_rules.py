@@ -146,9 +146,11 @@ def test_pls_static_blocks_are_run_by_their_workers_without_a_claim():
     for w in range(4):
         block = r.chunks[r.chunks["lo"] == 13 * w]
         assert block["hi"].tolist() == [13 * (w + 1)] and block["worker"].tolist() == [w]
-    # Only the 12 dynamic chunks are claimed: 12 fetch-and-adds plus one failed claim per worker.
-    assert r.counters["chunks"] == 12
-    assert r.counters["atomics"] == 12 + 4
+    # Only the 12 dynamic chunks are claimed: 12 fetch-and-adds plus one failed claim per worker;
+    # the chunks counted are those 12 and the 4 static blocks.
+    assert r.counters["chunks"] == 12 + 4
+    assert r.counters["atomics"] == r.counters["claims"] == 12 + 4
+    assert r.counters["failed_claims"] == 4
 
 
 def test_pls_with_the_whole_loop_static_is_omp_static_blocks():

@@ -171,3 +171,14 @@ def test_program_arguments_are_checked():
 def test_binlpt_never_cuts_more_chunks_than_iterations():
     r = simsched.simulate("haswell-e5-2695v3", "binlpt:chunks=100000000000", "uniform:n=50", 4)
     assert 1 <= len(r.chunks) <= 50  # at most one chunk per iteration, however many were asked for
+
+
+def test_binlpt_counts_as_steals_exactly_the_chunks_taken_from_other_queues():
+    # Workers finish their own queues at different times and then claim from others concurrently:
+    # each worker counts its own steals, not the chunks other workers claim meanwhile.
+    sched = simsched.get_scheduler("binlpt:chunks=64,estimate_noise=1")
+    r = simsched.simulate("haswell-e5-2695v3", sched, "exp-dec:n=4000", 8, seed=3)
+    owner = {start: q for q, queue in enumerate(sched.queues) for start, _ in queue}
+    taken = sum(owner[lo] != w for lo, w in zip(r.chunks["lo"], r.chunks["worker"]))
+    assert taken > 0
+    assert r.counters["steals"] == taken

@@ -77,11 +77,9 @@ class BinLPT(FullBarriers):
     def share(self, sim, w, index):
         threads, counters = sim.threads, sim.counters
         for q in ((w + d) % threads for d in range(threads)):
-            before = counters["chunks"]
-            t = yield from claim_by_index(sim, w, index, self.index[q], self.queues[q])
+            t, taken = yield from claim_by_index(sim, w, index, self.index[q], self.queues[q])
             yield sim.wait(w, "schedule", t)
             if q != w:
                 # Claims on another thread's queue are steals; the last one found it empty.
-                taken = counters["chunks"] - before
                 counters["steals"] += taken
                 counters["steal_attempts"] += taken + 1

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import SimschedError
 from ..spec import Param
-from .selfsched import CHUNK_PARAM, IndexedChunks, claim_by_index
+from .selfsched import CHUNK_PARAM, IndexedChunks
 from .static import BARRIER_PARAM
 
 
@@ -292,6 +292,7 @@ class PerformanceBased(ChunkRule):
         self.next.value = sim.threads  # claims start after the static blocks
 
     def share(self, sim, w, index):
-        yield sim.until(sim.run_chunks(w, index, [self.ranges[w]], sim.env.now))
-        t = yield from claim_by_index(sim, w, index, self.next, self.ranges)
-        yield sim.wait(w, "schedule", t)
+        if w < len(self.ranges) and self.ranges[w][1] > self.ranges[w][0]:
+            sim.counters["chunks"] += 1
+            yield sim.until(sim.run_chunks(w, index, [self.ranges[w]], sim.env.now))
+        yield from self.claim(sim, w, index)

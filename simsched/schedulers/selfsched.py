@@ -45,7 +45,7 @@ class OmpDynamic(SelfScheduling):
         # Claiming chunk i by index is the same atomic as claiming iteration i*k.
         n = sim.loops[index].n
         chunks = FixedChunks(n, self.chunk(n, sim.threads))
-        t = yield from claim_by_index(sim, w, index, self.next, chunks)
+        t, _ = yield from claim_by_index(sim, w, index, self.next, chunks)
         yield sim.wait(w, "schedule", t)
 
 
@@ -94,7 +94,8 @@ class OmpGuided(SelfScheduling):
 
 
 def claim_by_index(sim, w, index, line, ranges):
-    """Run ``ranges[i]`` for each i claimed by fetch-and-add on ``line``; return when the failing claim ends.
+    """Run ``ranges[i]`` for each i claimed by fetch-and-add on ``line``; return when the failing claim ends,
+    and how many chunks this worker claimed.
 
     Simulation.run_chunk inlined with local accumulators, since this runs once per chunk:
     a claim's completion is folded into its chunk's timeout, one event per chunk.
@@ -125,7 +126,7 @@ def claim_by_index(sim, w, index, line, ranges):
     sim.counters["chunks"] += chunks
     sim.time["schedule"][w] += scheduling
     sim.time["compute"][w] += busy
-    return t
+    return t, chunks
 
 
 class IndexedChunks(SelfScheduling):
@@ -148,7 +149,13 @@ class IndexedChunks(SelfScheduling):
         self.next = sim.memory.line(f"loop[{index}].chunk", 0, home=0)
 
     def share(self, sim, w, index):
-        t = yield from claim_by_index(sim, w, index, self.next, self.ranges)
+        yield from self.claim(sim, w, index)
+
+    def claim(self, sim, w, index):
+        """Claim and run chunks of the table until a claim finds none left; each fetch-and-add is a claim."""
+        t, claimed = yield from claim_by_index(sim, w, index, self.next, self.ranges)
+        sim.counters["claims"] += claimed + 1
+        sim.counters["failed_claims"] += 1
         yield sim.wait(w, "schedule", t)
 
     def bounds(self, n, threads, loop, rng):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import simsched
+from simsched import native
 from simsched.schedulers.staticsteal import initial_range, stolen
 from tests.conftest import toy_machine
 
@@ -100,3 +101,30 @@ def test_bad_static_steal_parameters_are_one_line(spec, needle):
     proc = cli("run", "--machine", "haswell-e5-2695v3", "--scheduler", spec, "--threads", "2",
                "--workload", "uforall:n=10", status=2)
     assert needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+# -- native ------------------------------------------------------------------------------------------------------
+
+needs_native = pytest.mark.skipif(not native.available(), reason="native runtime not built")
+
+
+@needs_native
+@pytest.mark.parametrize("spec", ["static-steal:chunk=3", "nonmonotonic-dynamic:chunk=3", "static-steal:chunk=40"])
+def test_native_static_steal_runs_the_simulators_chunks(spec):
+    # Chunks are fixed, [ik, (i+1)k): natively and simulated, the same set, each run once (checked by the runtime).
+    ran = native.run(spec, "uforall:n=200,cost_ns=100", 2, repeat=2)
+    simulated = simsched.simulate("haswell-e5-2695v3", spec, "uforall:n=200,cost_ns=100", 2)
+    for loop in (0, 1):
+        rows = ran.chunks[ran.chunks["loop"] == loop].sort_values("lo")
+        expected = simulated.chunks.sort_values("lo")
+        assert rows[["lo", "hi"]].values.tolist() == expected[["lo", "hi"]].values.tolist()
+    assert set(ran.counters) == set(native.simulated_counter_keys(spec))
+
+
+@needs_native
+def test_native_static_steal_through_the_cli():
+    out = cli("native", "run", "--scheduler", "static-steal:chunk=2", "--workload", "uforall:n=400,cost_ns=200",
+              "--threads", "2",
+              "--repeat", "3", "--json").stdout
+    result = json.loads(out)
+    assert result["counters"]["chunks"] == 3 * 200

@@ -39,6 +39,8 @@ NATIVE = {
     "stealing": ("stealing", True, True, None),
     "ich": ("ich", True, True, None),
     "hybrid": ("hybrid", True, True, "tree"),
+    "static-steal": ("static_steal", True, True, None),
+    "nonmonotonic-dynamic": ("static_steal", True, True, None),
 }
 DEFAULT_TIMEOUT_S = 60.0
 MAX_REPEAT = 1_000_000

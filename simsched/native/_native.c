@@ -49,7 +49,8 @@ static inline void cpu_relax(void)
 
 /* ---- runs ------------------------------------------------------------------------------ */
 
-enum { SHARE_STATIC, SHARE_DYNAMIC, SHARE_GUIDED, SHARE_STEALING, SHARE_REPLAY, SHARE_ICH, SHARE_HYBRID };
+enum { SHARE_STATIC, SHARE_DYNAMIC, SHARE_GUIDED, SHARE_STEALING, SHARE_REPLAY, SHARE_ICH, SHARE_HYBRID,
+       SHARE_STATIC_STEAL };
 enum { BARRIER_CENTRAL, BARRIER_TREE };
 
 typedef struct { int64_t loop, lo, hi; double start, end; } chunk_rec;
@@ -68,6 +69,7 @@ typedef struct {
     uint64_t rng;     /* random victims (xorshift) */
     double exit;      /* when it left the last loop's join */
     long ich_k, ich_d, ich_reported;   /* iCh: iterations done, divisor, k last added to the total */
+    int victim;       /* static_steal: the next victim to try (libomp's parm4) */
     double *marks;    /* timeline only: per loop, when the worker reached the fork, left it, reached the
                        * join and left it (ns since the run began); NULL when no timeline is asked for */
 } worker_state;
@@ -120,6 +122,8 @@ struct run {
     const int32_t *indices;
     const double *values, *x;
     double *out;
+    padded *steal_flag;         /* static_steal: each thread's buffer state (STEAL_*) */
+    padded steal_done;          /* static_steal: threads done with the loop */
 };
 
 #define CHECK_ABORT(r) do { if (atomic_load_explicit(&(r)->abort_flag, memory_order_relaxed)) pthread_exit(NULL); } while (0)
@@ -336,6 +340,7 @@ static void prepare(run_t *r, int loop)
             atomic_store(&r->ich_k[w].v, 0);
         }
     }
+    if (r->share == SHARE_STATIC_STEAL) atomic_store(&r->steal_done.v, 0);
     if (r->share == SHARE_HYBRID) {
         for (int i = 0; i < r->partitions; i++) atomic_store(&r->claimed[i].v, 0);
         for (int w = 0; w < P; w++) atomic_store(&r->ranges[w].v, 0);
@@ -484,6 +489,112 @@ static void run_hybrid(run_t *r, int w, worker_state *s, int loop)
     }
 }
 
+/* Fixed chunks claimed by fetch-and-add on one counter. */
+static void run_dynamic(run_t *r, worker_state *s, int loop)
+{
+    long n = r->n, lo;
+    for (;;) {
+        lo = atomic_fetch_add(&r->next.v, r->chunk);
+        s->claims++;
+        if (lo >= n) { s->failed_claims++; break; }
+        run_chunk(r, s, loop, lo, lo + r->chunk < n ? lo + r->chunk : n);
+    }
+}
+
+/* static_steal (libomp's kmp_sch_static_steal): each thread's chunk indices [count, ub) packed in its range
+ * word, claimed by CAS; a thief takes a quarter of a victim's remaining chunks (one when 7 or fewer remain)
+ * off its tail by one CAS on the pair. Buffer states, as libomp's steal_flag: */
+enum { STEAL_UNUSED, STEAL_CLAIMED, STEAL_READY, STEAL_THIEF };
+
+static void steal_initial(long chunks, int P, int t, long *count, long *ub)
+{
+    long small = chunks / P, extras = chunks % P;
+    *count = t * small + (t < extras ? t : extras);
+    *ub = *count + small + (t < extras ? 1 : 0);
+}
+
+/* The thief got chunks [first, ub): it runs ``first`` and makes the rest its own, stealable, range. */
+static int steal_took(run_t *r, worker_state *s, int w, int next, long first, long ub, long *init)
+{
+    s->steals++;
+    s->victim = next;
+    atomic_store(&r->ranges[w].v, (long)pack(first + 1, ub));
+    if (first + 1 < ub) atomic_store_explicit(&r->steal_flag[w].v, STEAL_READY, memory_order_release);
+    *init = first;
+    return 1;
+}
+
+/* At most P - 1 attempts, from the remembered victim on, skipping thieves. */
+static int steal_chunks(run_t *r, worker_state *s, int w, long chunks, long *init)
+{
+    int P = r->threads;
+    atomic_store_explicit(&r->steal_flag[w].v, STEAL_THIEF, memory_order_release);
+    for (int attempt = 1; attempt < P; attempt++) {
+        int v = s->victim, last = v ? v - 1 : P - 1;
+        long state = atomic_load_explicit(&r->steal_flag[v].v, memory_order_relaxed);
+        while ((v == w || state == STEAL_THIEF) && v != last) {
+            v = (v + 1) % P;
+            state = atomic_load_explicit(&r->steal_flag[v].v, memory_order_relaxed);
+        }
+        s->steal_attempts++;
+        if (v == w || state == STEAL_THIEF) continue;
+        if (state == STEAL_UNUSED) {
+            long expect = STEAL_UNUSED;
+            if (atomic_compare_exchange_strong(&r->steal_flag[v].v, &expect, STEAL_THIEF)) {
+                long count, ub;
+                steal_initial(chunks, P, v, &count, &ub);
+                return steal_took(r, s, w, (v + 1) % P, count, ub, init);
+            }
+        }
+        for (;;) {
+            long cur = atomic_load(&r->ranges[v].v), count = range_lo(cur), ub = range_hi(cur);
+            if (atomic_load_explicit(&r->steal_flag[v].v, memory_order_acquire) != STEAL_READY || count >= ub) {
+                s->victim = (v + 1) % P;
+                break;
+            }
+            long cut = ub - (ub - count > 7 ? (ub - count) >> 2 : 1);
+            if (atomic_compare_exchange_strong(&r->ranges[v].v, &cur, (long)pack(count, cut)))
+                return steal_took(r, s, w, v, cut, ub, init);
+            cpu_relax();
+        }
+    }
+    return 0;
+}
+
+static void run_static_steal(run_t *r, int w, worker_state *s, int loop)
+{
+    int P = r->threads;
+    long n = r->n, k = r->chunk, chunks = (n + k - 1) / k, count, ub, init;
+    if (P < 2 || chunks < P) { run_dynamic(r, s, loop); return; }   /* libomp's fallback */
+    atomic_long *mine = &r->ranges[w].v;
+    steal_initial(chunks, P, w, &count, &ub);
+    long expect = STEAL_UNUSED;
+    if (atomic_compare_exchange_strong(&r->steal_flag[w].v, &expect, STEAL_CLAIMED)) {
+        atomic_store(mine, (long)pack(count, ub));
+        atomic_store_explicit(&r->steal_flag[w].v, STEAL_READY, memory_order_release);
+    } else {
+        atomic_store(mine, (long)pack(count, count));   /* a thief took the whole range */
+    }
+    s->victim = (w + 1) % P;
+    for (;;) {
+        int have = 0;
+        long cur = atomic_load(mine);
+        if (range_lo(cur) < range_hi(cur)) {
+            s->claims++;
+            while (!atomic_compare_exchange_weak(mine, &cur, (long)pack(range_lo(cur) + 1, range_hi(cur))))
+                cpu_relax();
+            init = range_lo(cur);
+            have = init < range_hi(cur);
+            if (!have) s->failed_claims++;
+        }
+        if (!have && !steal_chunks(r, s, w, chunks, &init)) break;
+        run_chunk(r, s, loop, init * k, init * k + k < n ? init * k + k : n);
+    }
+    /* The last thread done marks every buffer unused for the next loop. */
+    if (atomic_fetch_add(&r->steal_done.v, 1) == P - 1)
+        for (int v = 0; v < P; v++) atomic_store_explicit(&r->steal_flag[v].v, STEAL_UNUSED, memory_order_relaxed);
+}
+
 static void share(run_t *r, int w, worker_state *s, int loop)
 {
     long n = r->n, lo, hi;
@@ -499,12 +610,7 @@ static void share(run_t *r, int w, worker_state *s, int loop)
         }
         break;
     case SHARE_DYNAMIC:
-        for (;;) {
-            lo = atomic_fetch_add(&r->next.v, r->chunk);
-            s->claims++;
-            if (lo >= n) { s->failed_claims++; break; }
-            run_chunk(r, s, loop, lo, lo + r->chunk < n ? lo + r->chunk : n);
-        }
+        run_dynamic(r, s, loop);
         break;
     case SHARE_GUIDED:
         for (;;) {
@@ -532,6 +638,9 @@ static void share(run_t *r, int w, worker_state *s, int loop)
         break;
     case SHARE_HYBRID:
         run_hybrid(r, w, s, loop);
+        break;
+    case SHARE_STATIC_STEAL:
+        run_static_steal(r, w, s, loop);
         break;
     }
 }
@@ -612,7 +721,8 @@ static int run_threads(int threads, const int *cpus, void *(*body)(void *), void
     return status;
 }
 
-static const char *SHARES[] = {"static", "dynamic", "guided", "stealing", "replay", "ich", "hybrid", NULL};
+static const char *SHARES[] = {"static", "dynamic", "guided", "stealing", "replay", "ich", "hybrid",
+                               "static_steal", NULL};
 static const char *BARRIERS[] = {"central", "tree", NULL};
 
 static int lookup(const char *name, const char **names)
@@ -727,7 +837,8 @@ static PyObject *native_run(PyObject *self, PyObject *args)
     r.partitions = 1;
     while (r.partitions < threads) r.partitions *= 2;
     r.claimed = aligned_alloc(LINE, (size_t)r.partitions * sizeof(padded));
-    if (!cpus || !wargs || !r.ws || !r.loop_end || !r.ranges || !r.arrived || !r.released || !r.ich_d
+    r.steal_flag = aligned_alloc(LINE, (size_t)threads * sizeof(padded));
+    if (!r.steal_flag || !cpus || !wargs || !r.ws || !r.loop_end || !r.ranges || !r.arrived || !r.released || !r.ich_d
         || !r.ich_k || !r.claimed) {
         PyErr_NoMemory();
         goto done;
@@ -739,6 +850,7 @@ static PyObject *native_run(PyObject *self, PyObject *args)
         atomic_init(&r.released[w].v, 0);
         atomic_init(&r.ich_d[w].v, threads);
         atomic_init(&r.ich_k[w].v, 0);
+        atomic_init(&r.steal_flag[w].v, STEAL_UNUSED);
         r.ws[w].rng = 0x9E3779B97F4A7C15ull * (uint64_t)(w + 1);
         wargs[w] = (worker_arg){&r, w};
     }
@@ -880,7 +992,7 @@ static PyObject *native_run(PyObject *self, PyObject *args)
 done:
     if (r.ws) for (int w = 0; w < threads; w++) { free(r.ws[w].recs); free(r.ws[w].marks); }
     free(cpus); free(wargs); free(r.ws); free(r.loop_end);
-    free(r.ranges); free(r.arrived); free(r.released); free(r.ich_d); free(r.ich_k); free(r.claimed);
+    free(r.ranges); free(r.arrived); free(r.released); free(r.ich_d); free(r.ich_k); free(r.claimed); free(r.steal_flag);
     if (r.arrays) munmap(r.arrays, r.mapped);
     free(r.offsets);
     free(r.bases);

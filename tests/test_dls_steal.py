@@ -128,3 +128,105 @@ def test_native_static_steal_through_the_cli():
               "--repeat", "3", "--json").stdout
     result = json.loads(out)
     assert result["counters"]["chunks"] == 3 * 200
+
+
+# -- oneTBB partitioners -----------------------------------------------------------------------------------------
+
+def leaves(result, loop=0) -> list[tuple[int, int]]:
+    rows = result.chunks[result.chunks["loop"] == loop].sort_values("start", kind="stable")
+    return list(zip(rows["lo"].tolist(), rows["hi"].tolist()))
+
+
+def test_tbb_simple_leaves_for_ten_iterations_grain_two():
+    # [0,10) > 2 splits at 5, [0,5) at 2 -> leaf [0,2); [2,5) at 3 -> [2,3), [3,5); [5,10) at 7 -> [5,7);
+    # [7,10) at 8 -> [7,8), [8,10). One worker runs them in that (depth-first, left-first) order.
+    r = simsched.simulate(toy_machine(cores=2), "tbb-simple:grainsize=2", "uforall:n=10,cost_ns=100", 1)
+    assert leaves(r) == [(0, 2), (2, 3), (3, 5), (5, 7), (7, 8), (8, 10)]
+    r = simsched.simulate(toy_machine(cores=2), "tbb-simple:grainsize=2", "uforall:n=10,cost_ns=100", 2)
+    assert sorted(leaves(r)) == [(0, 2), (2, 3), (3, 5), (5, 7), (7, 8), (8, 10)]
+
+
+def test_tbb_auto_initial_pieces_for_two_threads():
+    # divisor 4P/4 x 2 = 4 (P = 2), depth 5: splits at divisor 4 -> 2 (right child 2), 2 -> 1 (right 1),
+    # then once more at 1 spending a depth level: right child 0 with depth 4; the root keeps [0, 125).
+    from types import SimpleNamespace
+
+    s = simsched.get_scheduler("tbb-auto")
+    part = s.root_part(SimpleNamespace(threads=2), 0)
+    assert (part.divisor, part.depth) == (4, 5)
+    lo, hi, pieces = 0, 1000, []
+    while hi - lo > 1 and s.is_divisible(part):
+        mid, right = s.split(part, lo, hi)
+        pieces.append((mid, hi, right.divisor, right.depth))
+        hi = mid
+    assert pieces == [(500, 1000, 2, 5), (250, 500, 1, 5), (125, 250, 0, 4)]
+    assert (lo, hi, part.divisor, part.depth) == (0, 125, 0, 4)
+
+
+def test_tbb_auto_range_pool_leaves_on_one_thread():
+    # P = 1, N = 1000: the root (divisor 2) spawns [500,1000) and, spending a depth level, [250,500);
+    # its range pool splits [0,250) to depth 4: leaves [0,15) [15,31) [31,46) [46,62) ... 16 of them.
+    # [250,500) (divisor 0, depth 4) spawns [375,500) at depth 3 and runs 8 leaves; that one 4 leaves of
+    # [375,437), then 2 of [437,468), then [468,484) alone (depth 0), and [484,500) cannot split: 64 leaves.
+    r = simsched.simulate(toy_machine(cores=2), "tbb-auto", "uforall:n=1000,cost_ns=10", 1)
+    got = leaves(r)
+    assert len(got) == 64
+    assert got[:4] == [(0, 15), (15, 31), (31, 46), (46, 62)]
+    assert got[30:32] == [(468, 484), (484, 500)]
+    assert got[32] == (500, 515)
+
+
+def test_tbb_affinity_splits_proportionally_into_one_task_per_thread():
+    # P = 3: the root (divisor 16P = 48, slot 0) gives its right third [60,90) to slot 32 (thread 2), then
+    # [30,60) to slot 16 (thread 1), and keeps [0,30) with divisor 16.
+    from types import SimpleNamespace
+
+    s = simsched.get_scheduler("tbb-affinity")
+    s.slots = [None] * 48
+    part = s.root_part(SimpleNamespace(threads=3), 0)
+    lo, hi, pieces = 0, 90, []
+    while s.is_divisible(part):
+        mid, right = s.split(part, lo, hi)
+        pieces.append((mid, hi, right.divisor, right.head))
+        hi = mid
+    assert pieces == [(60, 90, 16, 32), (30, 60, 16, 16)]
+    assert (part.divisor, part.head) == (16, 0)
+
+
+def test_tbb_affinity_replays_where_each_subrange_ran():
+    # Two threads, the same loop twice: [32,64) is mailed to worker 1 in the first loop, and each
+    # subrange recorded in the affinity array (one that ran elsewhere than mailed) is mailed to where it ran.
+    sched = simsched.get_scheduler("tbb-affinity")
+    r = simsched.simulate(toy_machine(cores=2), sched, "uforall:n=64,cost_ns=1000", 2, repeat=2)
+    first = r.chunks[r.chunks["loop"] == 0]
+    assert set(first[first["lo"] >= 32]["worker"]) == {1}
+    assert set(first[first["lo"] < 32]["worker"]) == {0}
+    second = r.chunks[r.chunks["loop"] == 1]
+    assert second[["lo", "hi", "worker"]].sort_values("lo").values.tolist() == \
+        first[["lo", "hi", "worker"]].sort_values("lo").values.tolist()
+    assert r.affinity["overall"] == 1.0
+
+
+def test_tbb_affinity_keeps_iterations_on_their_worker_across_loops_and_auto_does_not():
+    program = "uniform:n=2048,bytes=4096,data=a"
+    kept = simsched.simulate("haswell-e5-2695v3", "tbb-affinity", program, 8, repeat=3, seed=1).affinity
+    auto = simsched.simulate("haswell-e5-2695v3", "tbb-auto", program, 8, repeat=3, seed=1).affinity
+    assert kept["overall"] > 0.6
+    assert auto["overall"] < 0.4
+
+
+def test_tbb_master_starts_every_loop():
+    # parallel_for returns to its caller: each loop's first chunk is the master's.
+    r = simsched.simulate("haswell-e5-2695v3", "tbb-auto", "exp-dec:n=500", 4, repeat=3, seed=2)
+    for loop in range(3):
+        rows = r.chunks[r.chunks["loop"] == loop].sort_values("start")
+        assert rows["worker"].iloc[0] == 0
+
+
+def test_tbb_runs_through_the_cli():
+    out = cli("run", "--machine", "haswell-e5-2695v3", "--scheduler", "tbb-affinity", "--threads", "4",
+              "--workload", "uniform:n=512,bytes=1024", "--repeat", "2", "--json").stdout
+    assert json.loads(out)["scheduler"] == "tbb-affinity"
+    proc = cli("run", "--machine", "haswell-e5-2695v3", "--scheduler", "tbb-simple:grainsize=0", "--threads", "2",
+               "--workload", "uforall:n=10", status=2)
+    assert "grainsize=0 must be >= 1" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import SimschedError
 from ..spec import parse_spec
-from . import binlpt, finegrain, hybrid, ich, lbs, selfsched, static, staticsteal, stealing  # noqa: F401  (registration)
+from . import binlpt, finegrain, hybrid, ich, lbs, selfsched, static, staticsteal, stealing, tbb  # noqa: F401  (registration)
 from .base import Scheduler
 
 

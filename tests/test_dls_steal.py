@@ -230,3 +230,17 @@ def test_tbb_runs_through_the_cli():
     proc = cli("run", "--machine", "haswell-e5-2695v3", "--scheduler", "tbb-simple:grainsize=0", "--threads", "2",
                "--workload", "uforall:n=10", status=2)
     assert "grainsize=0 must be >= 1" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+@needs_native
+@pytest.mark.parametrize("grain", [1, 7])
+def test_native_tbb_simple_runs_the_simulators_leaves(grain):
+    spec = f"tbb-simple:grainsize={grain}"
+    ran = native.run(spec, "uforall:n=300,cost_ns=100", 2, repeat=2)
+    simulated = simsched.simulate("haswell-e5-2695v3", spec, "uforall:n=300,cost_ns=100", 2, repeat=2)
+    for loop in (0, 1):
+        mine = ran.chunks[ran.chunks["loop"] == loop]
+        expected = simulated.chunks[simulated.chunks["loop"] == loop]
+        assert sorted(zip(mine["lo"], mine["hi"])) == sorted(zip(expected["lo"], expected["hi"]))
+    # One spawn per split: leaves - 1 per loop, as simulated.
+    assert ran.counters["tasks_created"] == simulated.counters["tasks_created"] == 2 * (len(expected) - 1)

@@ -50,7 +50,7 @@ static inline void cpu_relax(void)
 /* ---- runs ------------------------------------------------------------------------------ */
 
 enum { SHARE_STATIC, SHARE_DYNAMIC, SHARE_GUIDED, SHARE_STEALING, SHARE_REPLAY, SHARE_ICH, SHARE_HYBRID,
-       SHARE_STATIC_STEAL };
+       SHARE_STATIC_STEAL, SHARE_TBB_SIMPLE };
 enum { BARRIER_CENTRAL, BARRIER_TREE };
 
 typedef struct { int64_t loop, lo, hi; double start, end; } chunk_rec;
@@ -70,6 +70,7 @@ typedef struct {
     double exit;      /* when it left the last loop's join */
     long ich_k, ich_d, ich_reported;   /* iCh: iterations done, divisor, k last added to the total */
     int victim;       /* static_steal: the next victim to try (libomp's parm4) */
+    long tasks;       /* tbb-simple: ranges spawned onto its deque */
     double *marks;    /* timeline only: per loop, when the worker reached the fork, left it, reached the
                        * join and left it (ns since the run began); NULL when no timeline is asked for */
 } worker_state;
@@ -124,7 +125,15 @@ struct run {
     double *out;
     padded *steal_flag;         /* static_steal: each thread's buffer state (STEAL_*) */
     padded steal_done;          /* static_steal: threads done with the loop */
+    struct tbb_deque *deques;   /* tbb-simple: each thread's deque of ranges */
+    padded tbb_left;            /* tbb-simple: iterations of the loop not run yet */
 };
+
+/* tbb-simple: a thread's deque of ranges [lo, hi), its owner pushing and popping at the tail and thieves
+ * taking the head, all under the deque's spinlock. Depth-first splitting leaves at most one range per level
+ * (31 for 2^31 iterations) on a deque. */
+#define TBB_DEQUE 64
+struct tbb_deque { _Alignas(LINE) atomic_int lock; int head, tail; long lo[TBB_DEQUE], hi[TBB_DEQUE]; };
 
 #define CHECK_ABORT(r) do { if (atomic_load_explicit(&(r)->abort_flag, memory_order_relaxed)) pthread_exit(NULL); } while (0)
 
@@ -341,6 +350,7 @@ static void prepare(run_t *r, int loop)
         }
     }
     if (r->share == SHARE_STATIC_STEAL) atomic_store(&r->steal_done.v, 0);
+    if (r->share == SHARE_TBB_SIMPLE) atomic_store(&r->tbb_left.v, r->n);
     if (r->share == SHARE_HYBRID) {
         for (int i = 0; i < r->partitions; i++) atomic_store(&r->claimed[i].v, 0);
         for (int w = 0; w < P; w++) atomic_store(&r->ranges[w].v, 0);
@@ -595,6 +605,71 @@ static void run_static_steal(run_t *r, int w, worker_state *s, int loop)
         for (int v = 0; v < P; v++) atomic_store_explicit(&r->steal_flag[v].v, STEAL_UNUSED, memory_order_relaxed);
 }
 
+static void deque_lock(run_t *r, struct tbb_deque *d)
+{
+    int expect = 0;
+    while (!atomic_compare_exchange_weak(&d->lock, &expect, 1)) { expect = 0; CHECK_ABORT(r); cpu_relax(); }
+}
+
+static void deque_push(run_t *r, worker_state *s, int w, long lo, long hi)
+{
+    struct tbb_deque *d = &r->deques[w];
+    deque_lock(r, d);
+    if (d->head == d->tail) d->head = d->tail = 0;
+    if (d->tail == TBB_DEQUE) {   /* thieves took the oldest: move the rest down */
+        memmove(d->lo, d->lo + d->head, (size_t)(d->tail - d->head) * sizeof(long));
+        memmove(d->hi, d->hi + d->head, (size_t)(d->tail - d->head) * sizeof(long));
+        d->tail -= d->head; d->head = 0;
+    }
+    d->lo[d->tail] = lo; d->hi[d->tail] = hi; d->tail++;
+    atomic_store_explicit(&d->lock, 0, memory_order_release);
+    s->tasks++;
+}
+
+/* The owner pops the newest range (``newest``) or a thief the oldest: 1 if there was one. */
+static int deque_take(run_t *r, int v, int newest, long *lo, long *hi)
+{
+    struct tbb_deque *d = &r->deques[v];
+    deque_lock(r, d);
+    int got = d->tail > d->head;
+    if (got) {
+        int i = newest ? --d->tail : d->head++;
+        *lo = d->lo[i]; *hi = d->hi[i];
+    }
+    atomic_store_explicit(&d->lock, 0, memory_order_release);
+    return got;
+}
+
+/* simple_partitioner: spawn the upper half while the range exceeds the grainsize, run the rest; then pop,
+ * or steal the oldest range of a random victim, until every iteration of the loop has run. */
+static void run_tbb_simple(run_t *r, int w, worker_state *s, int loop)
+{
+    long lo = 0, hi = r->n;
+    int got = w == 0;   /* the master runs the root range */
+    for (;;) {
+        if (!got) got = deque_take(r, w, 1, &lo, &hi);
+        if (!got && r->threads > 1) {
+            s->steal_attempts++;
+            got = deque_take(r, random_victim(s, w, r->threads), 0, &lo, &hi);
+            s->steals += got;
+        }
+        if (got) {
+            while (hi - lo > r->chunk) {
+                long mid = lo + (hi - lo) / 2;
+                deque_push(r, s, w, mid, hi);
+                hi = mid;
+            }
+            run_chunk(r, s, loop, lo, hi);
+            atomic_fetch_sub(&r->tbb_left.v, hi - lo);
+            got = 0;
+            continue;
+        }
+        if (atomic_load(&r->tbb_left.v) == 0) return;
+        CHECK_ABORT(r);
+        cpu_relax();
+    }
+}
+
 static void share(run_t *r, int w, worker_state *s, int loop)
 {
     long n = r->n, lo, hi;
@@ -641,6 +716,9 @@ static void share(run_t *r, int w, worker_state *s, int loop)
         break;
     case SHARE_STATIC_STEAL:
         run_static_steal(r, w, s, loop);
+        break;
+    case SHARE_TBB_SIMPLE:
+        run_tbb_simple(r, w, s, loop);
         break;
     }
 }
@@ -722,7 +800,7 @@ static int run_threads(int threads, const int *cpus, void *(*body)(void *), void
 }
 
 static const char *SHARES[] = {"static", "dynamic", "guided", "stealing", "replay", "ich", "hybrid",
-                               "static_steal", NULL};
+                               "static_steal", "tbb_simple", NULL};
 static const char *BARRIERS[] = {"central", "tree", NULL};
 
 static int lookup(const char *name, const char **names)
@@ -838,7 +916,8 @@ static PyObject *native_run(PyObject *self, PyObject *args)
     while (r.partitions < threads) r.partitions *= 2;
     r.claimed = aligned_alloc(LINE, (size_t)r.partitions * sizeof(padded));
     r.steal_flag = aligned_alloc(LINE, (size_t)threads * sizeof(padded));
-    if (!r.steal_flag || !cpus || !wargs || !r.ws || !r.loop_end || !r.ranges || !r.arrived || !r.released || !r.ich_d
+    r.deques = aligned_alloc(LINE, (size_t)threads * sizeof(struct tbb_deque));
+    if (!r.deques || !r.steal_flag || !cpus || !wargs || !r.ws || !r.loop_end || !r.ranges || !r.arrived || !r.released || !r.ich_d
         || !r.ich_k || !r.claimed) {
         PyErr_NoMemory();
         goto done;
@@ -851,6 +930,8 @@ static PyObject *native_run(PyObject *self, PyObject *args)
         atomic_init(&r.ich_d[w].v, threads);
         atomic_init(&r.ich_k[w].v, 0);
         atomic_init(&r.steal_flag[w].v, STEAL_UNUSED);
+        atomic_init(&r.deques[w].lock, 0);
+        r.deques[w].head = r.deques[w].tail = 0;
         r.ws[w].rng = 0x9E3779B97F4A7C15ull * (uint64_t)(w + 1);
         wargs[w] = (worker_arg){&r, w};
     }
@@ -962,6 +1043,7 @@ static PyObject *native_run(PyObject *self, PyObject *args)
     }
     size_t k = 0;
     long chunks = 0, claims = 0, failed = 0, steals = 0, attempts = 0, halved = 0, doubled = 0, max_failed = 0;
+    long tasks = 0;
     for (int w = 0; w < threads; w++) {
         worker_state *s = &r.ws[w];
         for (size_t i = 0; i < s->count; i++, k++) { all[k] = s->recs[i]; workers[k] = w; }
@@ -970,6 +1052,7 @@ static PyObject *native_run(PyObject *self, PyObject *args)
         chunks += s->chunks; claims += s->claims; failed += s->failed_claims;
         steals += s->steals; attempts += s->steal_attempts; halved += s->d_halved; doubled += s->d_doubled;
         if (s->max_failed_claims > max_failed) max_failed = s->max_failed_claims;
+        tasks += s->tasks;
     }
     /* With a full join the others leave the last barrier after the master: the run ends with the last. */
     for (int w = 0; w < threads && loops > 0; w++)
@@ -977,7 +1060,7 @@ static PyObject *native_run(PyObject *self, PyObject *args)
     PyObject *ends = PyList_New(loops);
     for (int i = 0; ends && i < loops; i++) PyList_SET_ITEM(ends, i, PyFloat_FromDouble(r.loop_end[i]));
     long phases = (long)loops * ((fork_full ? 2 : 1) + (join_full ? 2 : 1));
-    result = Py_BuildValue("{s:N,s:N,s:N,s:N,s:{s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:l},s:O,s:N,s:N}",
+    result = Py_BuildValue("{s:N,s:N,s:N,s:N,s:{s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:l},s:O,s:N,s:N}",
                            "chunks", bytes_of(all, total * sizeof *all),
                            "workers", bytes_of(workers, total * sizeof *workers),
                            "state", bytes_of(state, (size_t)threads * 3 * sizeof *state),
@@ -985,6 +1068,7 @@ static PyObject *native_run(PyObject *self, PyObject *args)
                            "counters", "chunks", chunks, "claims", claims, "failed_claims", failed,
                            "steals", steals, "steal_attempts", attempts, "barrier_phases", phases,
                            "d_halved", halved, "d_doubled", doubled, "max_failed_claims", max_failed,
+                           "tasks_created", tasks,
                            "pinned", pinned ? Py_True : Py_False,
                            "marks", bytes_of(marks, mark_count * sizeof *marks),
                            "out", bytes_of(r.out, r.out ? (size_t)n_rows * sizeof(double) : 0));
@@ -992,7 +1076,7 @@ static PyObject *native_run(PyObject *self, PyObject *args)
 done:
     if (r.ws) for (int w = 0; w < threads; w++) { free(r.ws[w].recs); free(r.ws[w].marks); }
     free(cpus); free(wargs); free(r.ws); free(r.loop_end);
-    free(r.ranges); free(r.arrived); free(r.released); free(r.ich_d); free(r.ich_k); free(r.claimed); free(r.steal_flag);
+    free(r.ranges); free(r.arrived); free(r.released); free(r.ich_d); free(r.ich_k); free(r.claimed); free(r.steal_flag); free(r.deques);
     if (r.arrays) munmap(r.arrays, r.mapped);
     free(r.offsets);
     free(r.bases);

@@ -49,6 +49,9 @@ NATIVE = {
     **{name: ("table", True, True, None) for name in ("tss", "fac2", "fsc", "mfsc", "fac", "tfss", "fiss", "viss",
                                                       "rnd")},
     "pls": ("static-table", True, True, None),
+    "static-steal": ("static_steal", True, True, None),
+    "nonmonotonic-dynamic": ("static_steal", True, True, None),
+    "tbb-simple": ("tbb_simple", True, True, "tree"),
 }
 DEFAULT_TIMEOUT_S = 60.0
 MAX_REPEAT = 1_000_000
@@ -106,7 +109,9 @@ def native_config(scheduler, n: int = 0, threads: int = 1) -> tuple[str, str, bo
         if kind == "dissemination":
             raise SimschedError("native mode has central and tree barriers, not dissemination")
         barrier = "central" if kind == "central" else "tree"
-    chunk = _check_integer("chunk", int(scheduler.params.get("chunk", 0) or 0), 0, INT32)
+    # tbb-simple's grainsize is the native runtime's chunk: ranges above it split.
+    given = scheduler.params.get("chunk", scheduler.params.get("grainsize", 0))
+    chunk = _check_integer("chunk", int(given or 0), 0, INT32)
     if share == "hybrid" or (share in ("dynamic", "guided") and chunk == 0):
         chunk = default_grain(n, threads)  # cilk_for's grain: hybrid's partitions, and omp chunk=0
     return share, barrier, fork_full, join_full, chunk
@@ -298,7 +303,7 @@ def chunk_tables(sched, costs: np.ndarray, sizes: np.ndarray, loops: int, cpus: 
 
 # Counters the simulator reports that are zero natively by construction.
 ZERO_NATIVELY = {
-    "tasks_created": "the native runtime claims ranges and partitions; it pushes no tasks",
+    "tasks_created": "the native runtime claims ranges and partitions; only tbb-simple pushes tasks",
     "wakeups": "native workers spin between loops; they never sleep",
 }
 

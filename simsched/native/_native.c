@@ -50,9 +50,10 @@ static inline void cpu_relax(void)
 
 /* ---- runs ------------------------------------------------------------------------------ */
 
-enum { SHARE_STATIC, SHARE_DYNAMIC, SHARE_GUIDED, SHARE_STEALING, SHARE_REPLAY, SHARE_ICH, SHARE_HYBRID };
+enum { SHARE_STATIC, SHARE_DYNAMIC, SHARE_GUIDED, SHARE_STEALING, SHARE_REPLAY, SHARE_ICH, SHARE_HYBRID,
+       SHARE_STATIC_STEAL, SHARE_TBB_SIMPLE };
 /* Chunk tables precomputed by the caller, claimed by index; static-table: chunk w of each table is worker w's. */
-enum { SHARE_TABLE = SHARE_HYBRID + 1, SHARE_STATIC_TABLE };
+enum { SHARE_TABLE = SHARE_TBB_SIMPLE + 1, SHARE_STATIC_TABLE };
 enum { BARRIER_CENTRAL, BARRIER_TREE };
 
 typedef struct { int64_t loop, lo, hi; double start, end; } chunk_rec;
@@ -71,6 +72,8 @@ typedef struct {
     uint64_t rng;     /* random victims (xorshift) */
     double exit;      /* when it left the last loop's join */
     long ich_k, ich_d, ich_reported;   /* iCh: iterations done, divisor, k last added to the total */
+    int victim;       /* static_steal: the next victim to try (libomp's parm4) */
+    long tasks;       /* tbb-simple: ranges spawned onto its deque */
     double *marks;    /* timeline only: per loop, when the worker reached the fork, left it, reached the
                        * join and left it (ns since the run began); NULL when no timeline is asked for */
 } worker_state;
@@ -130,7 +133,17 @@ struct run {
     const double *weights;
     struct stat_slot *stats;
     struct adapt_state *adapt;
+    padded *steal_flag;         /* static_steal: each thread's buffer state (STEAL_*) */
+    padded steal_done;          /* static_steal: threads done with the loop */
+    struct tbb_deque *deques;   /* tbb-simple: each thread's deque of ranges */
+    padded tbb_left;            /* tbb-simple: iterations of the loop not run yet */
 };
+
+/* tbb-simple: a thread's deque of ranges [lo, hi), its owner pushing and popping at the tail and thieves
+ * taking the head, all under the deque's spinlock. Depth-first splitting leaves at most one range per level
+ * (31 for 2^31 iterations) on a deque. */
+#define TBB_DEQUE 64
+struct tbb_deque { _Alignas(LINE) atomic_int lock; int head, tail; long lo[TBB_DEQUE], hi[TBB_DEQUE]; };
 
 #define CHECK_ABORT(r) do { if (atomic_load_explicit(&(r)->abort_flag, memory_order_relaxed)) pthread_exit(NULL); } while (0)
 
@@ -484,6 +497,8 @@ static void prepare(run_t *r, int loop)
         }
     }
     if (r->share >= SHARE_WF) adaptive_prepare(r);
+    if (r->share == SHARE_STATIC_STEAL) atomic_store(&r->steal_done.v, 0);
+    if (r->share == SHARE_TBB_SIMPLE) atomic_store(&r->tbb_left.v, r->n);
     if (r->share == SHARE_HYBRID) {
         for (int i = 0; i < r->partitions; i++) atomic_store(&r->claimed[i].v, 0);
         for (int w = 0; w < P; w++) atomic_store(&r->ranges[w].v, 0);
@@ -648,6 +663,177 @@ static void run_table(run_t *r, int w, worker_state *s, int loop)
     }
 }
 
+/* Fixed chunks claimed by fetch-and-add on one counter. */
+static void run_dynamic(run_t *r, worker_state *s, int loop)
+{
+    long n = r->n, lo;
+    for (;;) {
+        lo = atomic_fetch_add(&r->next.v, r->chunk);
+        s->claims++;
+        if (lo >= n) { s->failed_claims++; break; }
+        run_chunk(r, s, loop, lo, lo + r->chunk < n ? lo + r->chunk : n);
+    }
+}
+
+/* static_steal (libomp's kmp_sch_static_steal): each thread's chunk indices [count, ub) packed in its range
+ * word, claimed by CAS; a thief takes a quarter of a victim's remaining chunks (one when 7 or fewer remain)
+ * off its tail by one CAS on the pair. Buffer states, as libomp's steal_flag: */
+enum { STEAL_UNUSED, STEAL_CLAIMED, STEAL_READY, STEAL_THIEF };
+
+static void steal_initial(long chunks, int P, int t, long *count, long *ub)
+{
+    long small = chunks / P, extras = chunks % P;
+    *count = t * small + (t < extras ? t : extras);
+    *ub = *count + small + (t < extras ? 1 : 0);
+}
+
+/* The thief got chunks [first, ub): it runs ``first`` and makes the rest its own, stealable, range. */
+static int steal_took(run_t *r, worker_state *s, int w, int next, long first, long ub, long *init)
+{
+    s->steals++;
+    s->victim = next;
+    atomic_store(&r->ranges[w].v, (long)pack(first + 1, ub));
+    if (first + 1 < ub) atomic_store_explicit(&r->steal_flag[w].v, STEAL_READY, memory_order_release);
+    *init = first;
+    return 1;
+}
+
+/* At most P - 1 attempts, from the remembered victim on, skipping thieves. */
+static int steal_chunks(run_t *r, worker_state *s, int w, long chunks, long *init)
+{
+    int P = r->threads;
+    atomic_store_explicit(&r->steal_flag[w].v, STEAL_THIEF, memory_order_release);
+    for (int attempt = 1; attempt < P; attempt++) {
+        int v = s->victim, last = v ? v - 1 : P - 1;
+        long state = atomic_load_explicit(&r->steal_flag[v].v, memory_order_relaxed);
+        while ((v == w || state == STEAL_THIEF) && v != last) {
+            v = (v + 1) % P;
+            state = atomic_load_explicit(&r->steal_flag[v].v, memory_order_relaxed);
+        }
+        s->steal_attempts++;
+        if (v == w || state == STEAL_THIEF) continue;
+        if (state == STEAL_UNUSED) {
+            long expect = STEAL_UNUSED;
+            if (atomic_compare_exchange_strong(&r->steal_flag[v].v, &expect, STEAL_THIEF)) {
+                long count, ub;
+                steal_initial(chunks, P, v, &count, &ub);
+                return steal_took(r, s, w, (v + 1) % P, count, ub, init);
+            }
+        }
+        for (;;) {
+            long cur = atomic_load(&r->ranges[v].v), count = range_lo(cur), ub = range_hi(cur);
+            if (atomic_load_explicit(&r->steal_flag[v].v, memory_order_acquire) != STEAL_READY || count >= ub) {
+                s->victim = (v + 1) % P;
+                break;
+            }
+            long cut = ub - (ub - count > 7 ? (ub - count) >> 2 : 1);
+            if (atomic_compare_exchange_strong(&r->ranges[v].v, &cur, (long)pack(count, cut)))
+                return steal_took(r, s, w, v, cut, ub, init);
+            cpu_relax();
+        }
+    }
+    return 0;
+}
+
+static void run_static_steal(run_t *r, int w, worker_state *s, int loop)
+{
+    int P = r->threads;
+    long n = r->n, k = r->chunk, chunks = (n + k - 1) / k, count, ub, init;
+    if (P < 2 || chunks < P) { run_dynamic(r, s, loop); return; }   /* libomp's fallback */
+    atomic_long *mine = &r->ranges[w].v;
+    steal_initial(chunks, P, w, &count, &ub);
+    long expect = STEAL_UNUSED;
+    if (atomic_compare_exchange_strong(&r->steal_flag[w].v, &expect, STEAL_CLAIMED)) {
+        atomic_store(mine, (long)pack(count, ub));
+        atomic_store_explicit(&r->steal_flag[w].v, STEAL_READY, memory_order_release);
+    } else {
+        atomic_store(mine, (long)pack(count, count));   /* a thief took the whole range */
+    }
+    s->victim = (w + 1) % P;
+    for (;;) {
+        int have = 0;
+        long cur = atomic_load(mine);
+        if (range_lo(cur) < range_hi(cur)) {
+            s->claims++;
+            while (!atomic_compare_exchange_weak(mine, &cur, (long)pack(range_lo(cur) + 1, range_hi(cur))))
+                cpu_relax();
+            init = range_lo(cur);
+            have = init < range_hi(cur);
+            if (!have) s->failed_claims++;
+        }
+        if (!have && !steal_chunks(r, s, w, chunks, &init)) break;
+        run_chunk(r, s, loop, init * k, init * k + k < n ? init * k + k : n);
+    }
+    /* The last thread done marks every buffer unused for the next loop. */
+    if (atomic_fetch_add(&r->steal_done.v, 1) == P - 1)
+        for (int v = 0; v < P; v++) atomic_store_explicit(&r->steal_flag[v].v, STEAL_UNUSED, memory_order_relaxed);
+}
+
+static void deque_lock(run_t *r, struct tbb_deque *d)
+{
+    int expect = 0;
+    while (!atomic_compare_exchange_weak(&d->lock, &expect, 1)) { expect = 0; CHECK_ABORT(r); cpu_relax(); }
+}
+
+static void deque_push(run_t *r, worker_state *s, int w, long lo, long hi)
+{
+    struct tbb_deque *d = &r->deques[w];
+    deque_lock(r, d);
+    if (d->head == d->tail) d->head = d->tail = 0;
+    if (d->tail == TBB_DEQUE) {   /* thieves took the oldest: move the rest down */
+        memmove(d->lo, d->lo + d->head, (size_t)(d->tail - d->head) * sizeof(long));
+        memmove(d->hi, d->hi + d->head, (size_t)(d->tail - d->head) * sizeof(long));
+        d->tail -= d->head; d->head = 0;
+    }
+    d->lo[d->tail] = lo; d->hi[d->tail] = hi; d->tail++;
+    atomic_store_explicit(&d->lock, 0, memory_order_release);
+    s->tasks++;
+}
+
+/* The owner pops the newest range (``newest``) or a thief the oldest: 1 if there was one. */
+static int deque_take(run_t *r, int v, int newest, long *lo, long *hi)
+{
+    struct tbb_deque *d = &r->deques[v];
+    deque_lock(r, d);
+    int got = d->tail > d->head;
+    if (got) {
+        int i = newest ? --d->tail : d->head++;
+        *lo = d->lo[i]; *hi = d->hi[i];
+    }
+    atomic_store_explicit(&d->lock, 0, memory_order_release);
+    return got;
+}
+
+/* simple_partitioner: spawn the upper half while the range exceeds the grainsize, run the rest; then pop,
+ * or steal the oldest range of a random victim, until every iteration of the loop has run. */
+static void run_tbb_simple(run_t *r, int w, worker_state *s, int loop)
+{
+    long lo = 0, hi = r->n;
+    int got = w == 0;   /* the master runs the root range */
+    for (;;) {
+        if (!got) got = deque_take(r, w, 1, &lo, &hi);
+        if (!got && r->threads > 1) {
+            s->steal_attempts++;
+            got = deque_take(r, random_victim(s, w, r->threads), 0, &lo, &hi);
+            s->steals += got;
+        }
+        if (got) {
+            while (hi - lo > r->chunk) {
+                long mid = lo + (hi - lo) / 2;
+                deque_push(r, s, w, mid, hi);
+                hi = mid;
+            }
+            run_chunk(r, s, loop, lo, hi);
+            atomic_fetch_sub(&r->tbb_left.v, hi - lo);
+            got = 0;
+            continue;
+        }
+        if (atomic_load(&r->tbb_left.v) == 0) return;
+        CHECK_ABORT(r);
+        cpu_relax();
+    }
+}
+
 static void share(run_t *r, int w, worker_state *s, int loop)
 {
     long n = r->n, lo, hi;
@@ -663,12 +849,7 @@ static void share(run_t *r, int w, worker_state *s, int loop)
         }
         break;
     case SHARE_DYNAMIC:
-        for (;;) {
-            lo = atomic_fetch_add(&r->next.v, r->chunk);
-            s->claims++;
-            if (lo >= n) { s->failed_claims++; break; }
-            run_chunk(r, s, loop, lo, lo + r->chunk < n ? lo + r->chunk : n);
-        }
+        run_dynamic(r, s, loop);
         break;
     case SHARE_GUIDED:
         for (;;) {
@@ -700,6 +881,12 @@ static void share(run_t *r, int w, worker_state *s, int loop)
     case SHARE_TABLE:
     case SHARE_STATIC_TABLE:
         run_table(r, w, s, loop);
+        break;
+    case SHARE_STATIC_STEAL:
+        run_static_steal(r, w, s, loop);
+        break;
+    case SHARE_TBB_SIMPLE:
+        run_tbb_simple(r, w, s, loop);
         break;
     default:
         if (r->share >= SHARE_WF) run_adaptive(r, w, s, loop);
@@ -783,8 +970,8 @@ static int run_threads(int threads, const int *cpus, void *(*body)(void *), void
     return status;
 }
 
-static const char *SHARES[] = {"static", "dynamic", "guided", "stealing", "replay", "ich", "hybrid", "table",
-                               "static-table", NULL};
+static const char *SHARES[] = {"static", "dynamic", "guided", "stealing", "replay", "ich", "hybrid",
+                               "static_steal", "tbb_simple", "table", "static-table", NULL};
 static const char *BARRIERS[] = {"central", "tree", NULL};
 
 static int lookup(const char *name, const char **names)
@@ -929,8 +1116,10 @@ static PyObject *native_run(PyObject *self, PyObject *args)
     r.claimed = aligned_alloc(LINE, (size_t)r.partitions * sizeof(padded));
     r.stats = aligned_alloc(LINE, (size_t)threads * sizeof *r.stats);
     r.adapt = calloc((size_t)threads, sizeof *r.adapt);
+    r.steal_flag = aligned_alloc(LINE, (size_t)threads * sizeof(padded));
+    r.deques = aligned_alloc(LINE, (size_t)threads * sizeof(struct tbb_deque));
     if (!cpus || !wargs || !r.ws || !r.loop_end || !r.ranges || !r.arrived || !r.released || !r.ich_d
-        || !r.ich_k || !r.claimed || !r.stats || !r.adapt) {
+        || !r.ich_k || !r.claimed || !r.stats || !r.adapt || !r.steal_flag || !r.deques) {
         PyErr_NoMemory();
         goto done;
     }
@@ -941,6 +1130,9 @@ static PyObject *native_run(PyObject *self, PyObject *args)
         atomic_init(&r.released[w].v, 0);
         atomic_init(&r.ich_d[w].v, threads);
         atomic_init(&r.ich_k[w].v, 0);
+        atomic_init(&r.steal_flag[w].v, STEAL_UNUSED);
+        atomic_init(&r.deques[w].lock, 0);
+        r.deques[w].head = r.deques[w].tail = 0;
         r.ws[w].rng = 0x9E3779B97F4A7C15ull * (uint64_t)(w + 1);
         wargs[w] = (worker_arg){&r, w};
     }
@@ -1062,6 +1254,7 @@ static PyObject *native_run(PyObject *self, PyObject *args)
     }
     size_t k = 0;
     long chunks = 0, claims = 0, failed = 0, steals = 0, attempts = 0, halved = 0, doubled = 0, max_failed = 0;
+    long tasks = 0;
     for (int w = 0; w < threads; w++) {
         worker_state *s = &r.ws[w];
         for (size_t i = 0; i < s->count; i++, k++) { all[k] = s->recs[i]; workers[k] = w; }
@@ -1070,6 +1263,7 @@ static PyObject *native_run(PyObject *self, PyObject *args)
         chunks += s->chunks; claims += s->claims; failed += s->failed_claims;
         steals += s->steals; attempts += s->steal_attempts; halved += s->d_halved; doubled += s->d_doubled;
         if (s->max_failed_claims > max_failed) max_failed = s->max_failed_claims;
+        tasks += s->tasks;
     }
     /* With a full join the others leave the last barrier after the master: the run ends with the last. */
     for (int w = 0; w < threads && loops > 0; w++)
@@ -1077,7 +1271,7 @@ static PyObject *native_run(PyObject *self, PyObject *args)
     PyObject *ends = PyList_New(loops);
     for (int i = 0; ends && i < loops; i++) PyList_SET_ITEM(ends, i, PyFloat_FromDouble(r.loop_end[i]));
     long phases = (long)loops * ((fork_full ? 2 : 1) + (join_full ? 2 : 1));
-    result = Py_BuildValue("{s:N,s:N,s:N,s:N,s:{s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:l},s:O,s:N,s:N}",
+    result = Py_BuildValue("{s:N,s:N,s:N,s:N,s:{s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:l},s:O,s:N,s:N}",
                            "chunks", bytes_of(all, total * sizeof *all),
                            "workers", bytes_of(workers, total * sizeof *workers),
                            "state", bytes_of(state, (size_t)threads * 3 * sizeof *state),
@@ -1085,6 +1279,7 @@ static PyObject *native_run(PyObject *self, PyObject *args)
                            "counters", "chunks", chunks, "claims", claims, "failed_claims", failed,
                            "steals", steals, "steal_attempts", attempts, "barrier_phases", phases,
                            "d_halved", halved, "d_doubled", doubled, "max_failed_claims", max_failed,
+                           "tasks_created", tasks,
                            "pinned", pinned ? Py_True : Py_False,
                            "marks", bytes_of(marks, mark_count * sizeof *marks),
                            "out", bytes_of(r.out, r.out ? (size_t)n_rows * sizeof(double) : 0));
@@ -1093,7 +1288,7 @@ done:
     if (r.ws) for (int w = 0; w < threads; w++) { free(r.ws[w].recs); free(r.ws[w].marks); }
     free(cpus); free(wargs); free(r.ws); free(r.loop_end);
     free(r.ranges); free(r.arrived); free(r.released); free(r.ich_d); free(r.ich_k); free(r.claimed);
-    free(r.stats); free(r.adapt);
+    free(r.stats); free(r.adapt); free(r.steal_flag); free(r.deques);
     if (r.arrays) munmap(r.arrays, r.mapped);
     free(r.offsets);
     free(r.bases);

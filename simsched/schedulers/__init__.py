@@ -9,7 +9,8 @@ from typing import Any
 
 from ..errors import SimschedError
 from ..spec import parse_spec
-from . import adaptive, binlpt, dls, finegrain, hybrid, ich, lbs, selfsched, static, stealing  # noqa: F401  (registration)
+from . import (adaptive, binlpt, dls, finegrain, hybrid, ich, lbs, selfsched, static, staticsteal,  # noqa: F401
+               stealing, tbb)  # (registration)
 from .base import Scheduler
 
 

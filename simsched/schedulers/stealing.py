@@ -42,6 +42,8 @@ class WorkStealing(Scheduler):
     """Deques of continuations per worker; idle workers steal from random victims and sleep after failing."""
 
     COUNTERS = STEALING_COUNTERS
+    # Whether a thief resumes a stolen continuation on a fresh stack (Cilk) rather than run a stolen task on its own.
+    STACK_SWITCH = True
 
     PARAMS = {
         "grain": Param("grain", int, None, lambda v: v >= 1, ">= 1",
@@ -76,6 +78,8 @@ class WorkStealing(Scheduler):
         work = NEXT_LOOP if w == 0 else None
         failures = 0
         while not self.finished:
+            if work is None and self.resumes(w):
+                work = NEXT_LOOP
             if work is NEXT_LOOP:
                 # The program's sequential code before the loop runs on the worker that reached it.
                 yield from sim.serial_code(w, self.next_loop)
@@ -112,16 +116,7 @@ class WorkStealing(Scheduler):
         own = self.deques[w]
         while True:
             if item[0] == RANGE:
-                _, lo, hi, _ = item
-                # Spawn the upper halves, continue with the lower: the work-first order. The
-                # spawns and the pop before them count as scheduling time in run_chunk.
-                grain = self.grain(sim, frame.loop)
-                while hi - lo > grain:
-                    mid = (lo + hi) // 2
-                    t = self.push(sim, w, (RANGE, mid, hi, frame), t)
-                    hi = mid
-                yield sim.until(sim.run_chunk(w, frame.loop, lo, hi, t))
-                t = sim.env.now
+                t = yield from self.run_range(sim, w, frame, item, t)
             else:
                 item, t = self.run_item(sim, w, frame, item, t)
                 if item is not None:
@@ -136,6 +131,23 @@ class WorkStealing(Scheduler):
         work, t = self.finish_strand(sim, w, frame, t)
         yield sim.wait(w, "sync", t)
         return work
+
+    def run_range(self, sim, w: int, frame: Frame, item: tuple, t: float):
+        """Run a range item: split it down to the grain and run the first leaf; returns when that leaf ends."""
+        _, lo, hi, _ = item
+        # Spawn the upper halves, continue with the lower: the work-first order. The
+        # spawns and the pop before them count as scheduling time in run_chunk.
+        grain = self.grain(sim, frame.loop)
+        while hi - lo > grain:
+            mid = (lo + hi) // 2
+            t = self.push(sim, w, (RANGE, mid, hi, frame), t)
+            hi = mid
+        yield sim.until(sim.run_chunk(w, frame.loop, lo, hi, t))
+        return sim.env.now
+
+    def resumes(self, w: int) -> bool:
+        """Whether idle worker ``w`` must start the program's next loop (Cilk: never; whoever ends a loop does)."""
+        return False
 
     def push(self, sim, w: int, item: tuple, t: float) -> float:
         """Spawn: ``w`` pushes ``item`` at its deque's tail at time ``t``; returns when that is done."""
@@ -205,7 +217,9 @@ class WorkStealing(Scheduler):
         item = self.deques[victim].popleft()
         parent = item[-1]
         # Steal bookkeeping, then a fresh stack on which to resume the stolen continuation.
-        t = mem.store(self.head[victim], w, 0, at=t) + sim.costs["steal"] + sim.costs["stack_switch"]
+        t = mem.store(self.head[victim], w, 0, at=t) + sim.costs["steal"]
+        if self.STACK_SWITCH:
+            t += sim.costs["stack_switch"]
         sim.counters["steals"] += 1
         frame, t = self.child_frame(sim, w, parent, t)
         return (frame, item, t), t

@@ -291,53 +291,8 @@ def cmd_sweep(args) -> int:
     if lost:
         print(f"simsched: {lost} points were lost with their workers; run the same command again to compute them",
               file=sys.stderr)
-    if experiment.rank and failed < len(frame):
-        from .analysis.ranking import format_ranking, rank_methods
-
-        spec = experiment.rank
-        table = rank_methods(frame, spec["baseline"], spec["baseline_threads"], spec.get("threads"))
-        table.to_csv(out / "ranking.csv", index=False)
-        print()
-        print(format_ranking(table, spec.get("highlight")))
-        if spec.get("published"):
-            print(f"published: {spec['published']}")
-    if experiment.breakdown and failed < len(frame):
-        from .analysis.breakdown import breakdown_table, format_breakdown
-
-        spec = experiment.breakdown
-        table = breakdown_table(frame, spec["baseline"])
-        table.to_csv(out / "breakdown.csv", index=False)
-        print()
-        print(format_breakdown(table))
-        if spec.get("published"):
-            print(f"published: {spec['published']}")
-    if experiment.affinity and failed < len(frame):
-        from .analysis.locality import affinity_table, format_affinity_table
-
-        table = affinity_table(frame)
-        table.to_csv(out / "affinity.csv", index=False)
-        print()
-        print(format_affinity_table(table))
-        if experiment.affinity.get("published"):
-            print(f"published: {experiment.affinity['published']}")
-    if experiment.apps and failed < len(frame):
-        from .analysis.apps import apps_comparison, apps_table, format_apps_table
-
-        table = apps_table(frame)
-        table.to_csv(out / "apps.csv", index=False)
-        print()
-        print(format_apps_table(apps_comparison(table)))
-        if experiment.apps.get("published"):
-            print(f"published: {experiment.apps['published']}")
-    if experiment.peers is not None and failed < len(frame):
-        from .analysis.peers import format_peers, peers_table
-
-        table = peers_table(frame)
-        table.to_csv(out / "peers.csv", index=False)
-        print()
-        print(format_peers(table))
-        if experiment.peers.get("published"):
-            print(f"published: {experiment.peers['published']}")
+    if failed < len(frame):
+        _print_section_tables(experiment, frame, out)
     if experiment.published_d_us and failed < len(frame):
         from .analysis import burden_table, format_burden_table
 
@@ -348,6 +303,45 @@ def cmd_sweep(args) -> int:
         if experiment.source:
             print(f"published: {experiment.source}")
     return 1 if failed or lost else 0
+
+
+def _print_section_tables(experiment, frame, out: Path) -> None:
+    """Each analysis section of the experiment ([rank], [breakdown], [affinity], [apps], [peers]): its table
+    saved beside the results and printed, then the published finding it states."""
+
+    def section(spec, filename, table, text):
+        table.to_csv(out / filename, index=False)
+        print()
+        print(text)
+        if spec.get("published"):
+            print(f"published: {spec['published']}")
+
+    if experiment.rank:
+        from .analysis.ranking import format_ranking, rank_methods
+
+        spec = experiment.rank
+        table = rank_methods(frame, spec["baseline"], spec["baseline_threads"], spec.get("threads"))
+        section(spec, "ranking.csv", table, format_ranking(table, spec.get("highlight")))
+    if experiment.breakdown:
+        from .analysis.breakdown import breakdown_table, format_breakdown
+
+        table = breakdown_table(frame, experiment.breakdown["baseline"])
+        section(experiment.breakdown, "breakdown.csv", table, format_breakdown(table))
+    if experiment.affinity is not None:
+        from .analysis.locality import affinity_table, format_affinity_table
+
+        table = affinity_table(frame)
+        section(experiment.affinity, "affinity.csv", table, format_affinity_table(table))
+    if experiment.apps is not None:
+        from .analysis.apps import apps_comparison, apps_table, format_apps_table
+
+        table = apps_table(frame)
+        section(experiment.apps, "apps.csv", table, format_apps_table(apps_comparison(table)))
+    if experiment.peers is not None:
+        from .analysis.peers import format_peers, peers_table
+
+        table = peers_table(frame)
+        section(experiment.peers, "peers.csv", table, format_peers(table))
 
 
 def _saved_experiment(results_path: Path):

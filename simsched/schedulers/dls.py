@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import SimschedError
 from ..spec import Param
-from .selfsched import CHUNK_PARAM, IndexedChunks
+from .selfsched import CHUNK_PARAM, IndexedChunks, batched_bounds
 from .static import BARRIER_PARAM
 
 
@@ -147,19 +147,13 @@ class KnownVarianceFactoring(ChunkRule):
             mu = mean if mu is None else mu
             sigma = deviation if sigma is None else sigma
         factor = threads * sigma / (2 * mu) if mu > 0 else 0.0
-        bounds, lo, first = [0], 0, True
-        while lo < n:
-            left = n - lo
+
+        def size(left, batch):
             b = factor / math.sqrt(left)
-            x = 1 + b * b + b * math.sqrt(b * b + 2) if first else 2 + b * b + b * math.sqrt(b * b + 4)
-            size = max(self.params["chunk"], math.ceil(left / (x * threads)))
-            first = False
-            for _ in range(threads):
-                lo = min(lo + size, n)
-                bounds.append(lo)
-                if lo == n:
-                    break
-        return bounds
+            x = 1 + b * b + b * math.sqrt(b * b + 2) if batch == 0 else 2 + b * b + b * math.sqrt(b * b + 4)
+            return max(self.params["chunk"], math.ceil(left / (x * threads)))
+
+        return batched_bounds(n, threads, size)
 
 
 class TrapezoidFactoring(ChunkRule):

@@ -214,15 +214,22 @@ class Factoring(IndexedChunks):
 
     def bounds(self, n, threads, loop, rng):
         k = self.params["chunk"]
-        bounds, lo = [0], 0
-        while lo < n:
-            size = max(k, math.ceil((n - lo) / (2 * threads)))
-            for _ in range(threads):
-                lo = min(lo + size, n)
-                bounds.append(lo)
-                if lo == n:
-                    break
-        return bounds
+        return batched_bounds(n, threads, lambda left, batch: max(k, math.ceil(left / (2 * threads))))
+
+
+def batched_bounds(n: int, threads: int, size) -> list[int]:
+    """Chunk boundaries in batches of ``threads`` equal chunks, batch j's of ``size(R_j, j)`` iterations,
+    R_j the iterations left when it starts; the chunk that reaches ``n`` is cut there."""
+    bounds, lo, batch = [0], 0, 0
+    while lo < n:
+        chunk = size(n - lo, batch)
+        for _ in range(threads):
+            lo = min(lo + chunk, n)
+            bounds.append(lo)
+            if lo == n:
+                break
+        batch += 1
+    return bounds
 
 
 class Taskloop(FullBarriers):

@@ -256,9 +256,9 @@ def execute(sched, workload: str, threads: int, costs: np.ndarray, sizes, repeat
     rows, offsets = b"", b""
     if "weights" in sched.params:
         # The weighted shares read their normalised starting weights where replay reads its plan.
-        from ..schedulers.adaptive import normalised, parse_weights
+        from ..schedulers.adaptive import normalised
 
-        rows = np.asarray(normalised(parse_weights(sched.params["weights"]), threads), dtype=np.float64).tobytes()
+        rows = np.asarray(normalised(sched.weights, threads, f"scheduler {sched.name}"), dtype=np.float64).tobytes()
     elif share in ("table", "static-table"):
         rng = np.random.default_rng(seed) if rng is None else rng
         rows, offsets = chunk_tables(sched, costs, sizes, loops, cpus, rng)

@@ -21,25 +21,26 @@ from .static import BARRIER_PARAM
 CLOCK_TICK_NS = 1.0
 
 
-def parse_weights(raw) -> tuple[float, ...]:
+def parse_weights(raw, owner: str = "") -> tuple[float, ...]:
     """Weights given as ``a:b:c`` (one per worker) or as a sequence; each a finite number > 0."""
     if raw is None or raw == "":
         return ()
+    where = f"{owner}: parameter weights" if owner else "parameter weights"
     items = raw.split(":") if isinstance(raw, str) else list(raw)
     weights = []
     for item in items:
         try:
             value = float(item.strip() if isinstance(item, str) else item)
         except (TypeError, ValueError):
-            raise SimschedError(f"parameter weights: entry {item!r} is not a number") from None
+            raise SimschedError(f"{where}: entry {item!r} is not a number") from None
         if not math.isfinite(value) or value <= 0:
-            raise SimschedError(f"parameter weights: entry {item!r} must be a finite number > 0")
+            raise SimschedError(f"{where}: entry {item!r} must be a finite number > 0")
         weights.append(value)
     return tuple(weights)
 
 
-# The check raises itself, naming the bad entry; the count is checked when the run knows P.
-WEIGHTS_PARAM = Param("weights", str, "", lambda v: parse_weights(v) is not None, "numbers > 0 separated by colons",
+# Entries are checked when the scheduler is made (naming it), their count when the run knows P.
+WEIGHTS_PARAM = Param("weights", str, "",
                       help="relative speed of each worker, one per worker, e.g. 1:1:2:2 "
                            "(default: all equal; adaptive ones start from them)")
 
@@ -55,12 +56,13 @@ def fac2_batches(n: int, threads: int, k: int) -> tuple[list[int], list[int]]:
     return starts, [n - s for s in starts]
 
 
-def normalised(weights, threads: int) -> list[float]:
+def normalised(weights, threads: int, owner: str = "") -> list[float]:
     """The weights scaled to sum to ``threads`` (all 1 without weights); their count must be ``threads``."""
     if not weights:
         return [1.0] * threads
     if len(weights) != threads:
-        raise SimschedError(f"parameter weights has {len(weights)} entries but the run has P={threads} workers: "
+        where = f"{owner}: parameter weights" if owner else "parameter weights"
+        raise SimschedError(f"{where} has {len(weights)} entries but the run has P={threads} workers: "
                             "give one weight per worker")
     total = sum(weights)
     return [threads * w / total for w in weights]
@@ -102,10 +104,14 @@ class WeightedFactoring(SelfScheduling):
     # Clock reads around each chunk (at its start, at its end) by a technique that times its chunks.
     READS_AT_START = READS_AT_END = 0
 
+    def __init__(self, **params):
+        super().__init__(**params)
+        self.weights = parse_weights(self.params.get("weights", ""), f"scheduler {self.name}")
+
     def setup(self, sim):
         super().setup(sim)
         # Checked before the workers start: the weights must match the run's P.
-        self.initial = normalised(parse_weights(self.params.get("weights", "")), sim.threads)
+        self.initial = normalised(self.weights, sim.threads, f"scheduler {self.name}")
 
     def prepare(self, sim, index):
         super().prepare(sim, index)

@@ -287,9 +287,10 @@ def test_native_tbb_affinity_replays_each_subrange_on_its_worker():
 
 
 @needs_native
-def test_native_tbb_affinity_through_the_cli():
-    out = cli("native", "run", "--scheduler", "tbb-affinity", "--workload", "uforall:n=400,cost_ns=200",
+@pytest.mark.parametrize("name", ["tbb-auto", "tbb-affinity"])
+def test_native_tbb_partitioners_through_the_cli(name):
+    out = cli("native", "run", "--scheduler", name, "--workload", "uforall:n=400,cost_ns=200",
               "--threads", "2", "--repeat", "3", "--json").stdout
     result = json.loads(out)
-    assert result["scheduler"] == "tbb-affinity"
+    assert result["scheduler"] == name
     assert result["counters"]["tasks_created"] > 0

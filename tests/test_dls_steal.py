@@ -244,3 +244,53 @@ def test_native_tbb_simple_runs_the_simulators_leaves(grain):
         assert sorted(zip(mine["lo"], mine["hi"])) == sorted(zip(expected["lo"], expected["hi"]))
     # One spawn per split: leaves - 1 per loop, as simulated.
     assert ran.counters["tasks_created"] == simulated.counters["tasks_created"] == 2 * (len(expected) - 1)
+
+
+@needs_native
+@pytest.mark.parametrize("spec", ["tbb-auto", "tbb-affinity", "tbb-auto:grainsize=4", "tbb-affinity:grainsize=3"])
+def test_native_tbb_partitioners_run_the_simulators_leaves_on_one_thread(spec):
+    # One thread: no thief, no mail, so both modes split deterministically; the same leaves in the same order
+    # (e.g. tbb-auto on 1000 iterations: the 64 leaves worked out in test_tbb_auto_range_pool_leaves_on_one_thread).
+    ran = native.run(spec, "uforall:n=1000,cost_ns=10", 1, repeat=2)
+    simulated = simsched.simulate("haswell-e5-2695v3", spec, "uforall:n=1000,cost_ns=10", 1, repeat=2)
+    for loop in (0, 1):
+        assert leaves(ran, loop) == leaves(simulated, loop)
+    assert ran.counters["tasks_created"] == simulated.counters["tasks_created"] > 0
+    if spec == "tbb-auto":
+        assert len(leaves(ran)) == 64
+
+
+@needs_native
+@pytest.mark.parametrize("spec", ["tbb-auto", "tbb-affinity", "tbb-auto:grainsize=5", "tbb-affinity:grainsize=2"])
+@pytest.mark.parametrize("n", [1, 3, 700])
+def test_native_tbb_partitioners_run_every_iteration_once_on_two_threads(spec, n):
+    # native.run checks exactly-once itself; check it here too, and that the counters are the simulator's.
+    ran = native.run(spec, f"uforall:n={n},cost_ns=100", 2, repeat=3)
+    for loop in range(3):
+        rows = ran.chunks[ran.chunks["loop"] == loop].sort_values("lo")
+        assert rows["lo"].tolist()[0] == 0 and rows["hi"].tolist()[-1] == n
+        assert rows["lo"].tolist()[1:] == rows["hi"].tolist()[:-1]
+    assert set(ran.counters) == set(native.simulated_counter_keys(spec.split(":")[0]))
+
+
+@needs_native
+def test_native_tbb_affinity_replays_each_subrange_on_its_worker():
+    # Loop 1 mails [500, 1000) to worker 1 (slot 16); what ran elsewhere than mailed is recorded in the affinity
+    # array, so later loops mail each subrange to the worker that ran it: most iterations stay put.
+    ran = native.run("tbb-affinity", "uforall:n=1000,cost_ns=1000", 2, repeat=3)
+    owner = np.full((3, 1000), -1)
+    for worker, loop, lo, hi in ran.chunks[["worker", "loop", "lo", "hi"]].itertuples(index=False):
+        owner[loop, lo:hi] = worker
+    assert set(owner[0]) == {0, 1}
+    # Thieves still move some subranges (and the recorded slot with them): most, not all, stay.
+    assert (owner[1:] == owner[0]).mean() > 0.5
+
+
+@needs_native
+@pytest.mark.parametrize("name", ["tbb-auto", "tbb-affinity"])
+def test_native_tbb_partitioners_through_the_cli(name):
+    out = cli("native", "run", "--scheduler", name, "--workload", "uforall:n=400,cost_ns=200",
+              "--threads", "2", "--repeat", "3", "--json").stdout
+    result = json.loads(out)
+    assert result["scheduler"] == name
+    assert result["counters"]["tasks_created"] > 0

@@ -52,6 +52,8 @@ NATIVE = {
     "static-steal": ("static_steal", True, True, None),
     "nonmonotonic-dynamic": ("static_steal", True, True, None),
     "tbb-simple": ("tbb_simple", True, True, "tree"),
+    "tbb-auto": ("tbb_auto", True, True, "tree"),
+    "tbb-affinity": ("tbb_affinity", True, True, "tree"),
 }
 DEFAULT_TIMEOUT_S = 60.0
 MAX_REPEAT = 1_000_000
@@ -109,7 +111,7 @@ def native_config(scheduler, n: int = 0, threads: int = 1) -> tuple[str, str, bo
         if kind == "dissemination":
             raise SimschedError("native mode has central and tree barriers, not dissemination")
         barrier = "central" if kind == "central" else "tree"
-    # tbb-simple's grainsize is the native runtime's chunk: ranges above it split.
+    # The TBB partitioners' grainsize is the native runtime's chunk: ranges above it split.
     given = scheduler.params.get("chunk", scheduler.params.get("grainsize", 0))
     chunk = _check_integer("chunk", int(given or 0), 0, INT32)
     if share == "hybrid" or (share in ("dynamic", "guided") and chunk == 0):
@@ -303,7 +305,7 @@ def chunk_tables(sched, costs: np.ndarray, sizes: np.ndarray, loops: int, cpus: 
 
 # Counters the simulator reports that are zero natively by construction.
 ZERO_NATIVELY = {
-    "tasks_created": "the native runtime claims ranges and partitions; only tbb-simple pushes tasks",
+    "tasks_created": "the native runtime claims ranges and partitions; only the TBB partitioners push tasks",
     "wakeups": "native workers spin between loops; they never sleep",
 }
 

@@ -54,6 +54,8 @@ enum { SHARE_STATIC, SHARE_DYNAMIC, SHARE_GUIDED, SHARE_STEALING, SHARE_REPLAY, 
        SHARE_STATIC_STEAL, SHARE_TBB_SIMPLE };
 /* Chunk tables precomputed by the caller, claimed by index; static-table: chunk w of each table is worker w's. */
 enum { SHARE_TABLE = SHARE_TBB_SIMPLE + 1, SHARE_STATIC_TABLE };
+/* tbb-auto and tbb-affinity: tbb-simple's deques with oneTBB's auto and affinity partitioners. */
+enum { SHARE_TBB_AUTO = SHARE_STATIC_TABLE + 1, SHARE_TBB_AFFINITY };
 enum { BARRIER_CENTRAL, BARRIER_TREE };
 
 typedef struct { int64_t loop, lo, hi; double start, end; } chunk_rec;
@@ -73,7 +75,7 @@ typedef struct {
     double exit;      /* when it left the last loop's join */
     long ich_k, ich_d, ich_reported;   /* iCh: iterations done, divisor, k last added to the total */
     int victim;       /* static_steal: the next victim to try (libomp's parm4) */
-    long tasks;       /* tbb-simple: ranges spawned onto its deque */
+    long tasks;       /* tbb-*: ranges spawned onto its deque */
     double *marks;    /* timeline only: per loop, when the worker reached the fork, left it, reached the
                        * join and left it (ns since the run began); NULL when no timeline is asked for */
 } worker_state;
@@ -135,15 +137,31 @@ struct run {
     struct adapt_state *adapt;
     padded *steal_flag;         /* static_steal: each thread's buffer state (STEAL_*) */
     padded steal_done;          /* static_steal: threads done with the loop */
-    struct tbb_deque *deques;   /* tbb-simple: each thread's deque of ranges */
-    padded tbb_left;            /* tbb-simple: iterations of the loop not run yet */
+    struct tbb_deque *deques;   /* tbb-*: each thread's deque of tasks */
+    padded tbb_left;            /* tbb-*: iterations of the loop not run yet */
+    struct tbb_deque *mailboxes;   /* tbb-affinity: each thread's mailbox, oldest first */
+    struct tbb_node *nodes;     /* tbb-auto, tbb-affinity: the loop's tasks (tree nodes), by spawn order */
+    padded tbb_spawned;         /* ... how many of them the loop has allocated */
+    atomic_int *slots;          /* tbb-affinity: the affinity array, 16P slots kept across loops (-1: empty) */
+    padded *tbb_busy;           /* tbb-affinity: whether each thread runs a task */
 };
 
-/* tbb-simple: a thread's deque of ranges [lo, hi), its owner pushing and popping at the tail and thieves
- * taking the head, all under the deque's spinlock. Depth-first splitting leaves at most one range per level
- * (31 for 2^31 iterations) on a deque. */
+/* tbb-*: a start_for task: its range [lo, hi) and partition state (tbb.py's Part). ``self`` is its node, ``node``
+ * the one it shares with the task it spawned last (at first its spawner's), ``origin`` the thread that spawned it,
+ * ``target`` the thread it is mailed to (-1: none), ``mailed`` whether a copy sits in that thread's mailbox. */
+struct tbb_part { long lo, hi; int divisor, depth, delay, head, origin, target, self, node, mailed; };
+
+/* A task's node: whether a thief ran it while its spawner still ran (stolen), whether one of its copies was claimed
+ * (taken, the proxy of a mailed task), whether it runs, and its spawner's node. A loop spawns fewer tasks than it
+ * has iterations (each spawn splits a range of two or more), so one node per iteration and the root's suffice. */
+struct tbb_node { atomic_uchar stolen, taken, running; int parent; };
+
+/* A thread's deque of tasks, its owner pushing and popping at the tail and thieves taking the head, all under
+ * the deque's spinlock; a mailbox is one too, its owner taking the head. Every push at least halves the range the
+ * pushing thread keeps (or is one of affinity's proportional splits), so a deque rarely holds more than a few
+ * dozen; it grows under its lock when it must. */
 #define TBB_DEQUE 64
-struct tbb_deque { _Alignas(LINE) atomic_int lock; int head, tail; long lo[TBB_DEQUE], hi[TBB_DEQUE]; };
+struct tbb_deque { _Alignas(LINE) atomic_int lock; int head, tail, cap; struct tbb_part *items; };
 
 #define CHECK_ABORT(r) do { if (atomic_load_explicit(&(r)->abort_flag, memory_order_relaxed)) pthread_exit(NULL); } while (0)
 
@@ -498,7 +516,12 @@ static void prepare(run_t *r, int loop)
     }
     if (r->share >= SHARE_WF) adaptive_prepare(r);
     if (r->share == SHARE_STATIC_STEAL) atomic_store(&r->steal_done.v, 0);
-    if (r->share == SHARE_TBB_SIMPLE) atomic_store(&r->tbb_left.v, r->n);
+    if (r->share == SHARE_TBB_SIMPLE || r->share == SHARE_TBB_AUTO || r->share == SHARE_TBB_AFFINITY) {
+        atomic_store(&r->tbb_left.v, r->n);
+        atomic_store(&r->tbb_spawned.v, 0);
+        /* Copies of mailed tasks that their owner ran stay in mailboxes until collected: the loop before is over. */
+        for (int w = 0; w < P; w++) r->deques[w].head = r->deques[w].tail = r->mailboxes[w].head = r->mailboxes[w].tail = 0;
+    }
     if (r->share == SHARE_HYBRID) {
         for (int i = 0; i < r->partitions; i++) atomic_store(&r->claimed[i].v, 0);
         for (int w = 0; w < P; w++) atomic_store(&r->ranges[w].v, 0);
@@ -775,56 +798,227 @@ static void deque_lock(run_t *r, struct tbb_deque *d)
     while (!atomic_compare_exchange_weak(&d->lock, &expect, 1)) { expect = 0; CHECK_ABORT(r); cpu_relax(); }
 }
 
-static void deque_push(run_t *r, worker_state *s, int w, long lo, long hi)
+static void deque_push(run_t *r, worker_state *s, struct tbb_deque *d, const struct tbb_part *task)
 {
-    struct tbb_deque *d = &r->deques[w];
     deque_lock(r, d);
     if (d->head == d->tail) d->head = d->tail = 0;
-    if (d->tail == TBB_DEQUE) {   /* thieves took the oldest: move the rest down */
-        memmove(d->lo, d->lo + d->head, (size_t)(d->tail - d->head) * sizeof(long));
-        memmove(d->hi, d->hi + d->head, (size_t)(d->tail - d->head) * sizeof(long));
+    if (d->tail == d->cap && d->head > 0) {   /* thieves took the oldest: move the rest down */
+        memmove(d->items, d->items + d->head, (size_t)(d->tail - d->head) * sizeof *d->items);
         d->tail -= d->head; d->head = 0;
     }
-    d->lo[d->tail] = lo; d->hi[d->tail] = hi; d->tail++;
+    if (d->tail == d->cap) {
+        struct tbb_part *grown = realloc(d->items, 2 * (size_t)d->cap * sizeof *grown);
+        if (!grown) {   /* the run cannot go on: stop it, as its time bound would */
+            s->out_of_memory = 1;
+            atomic_store(&r->abort_flag, 1);
+            atomic_store_explicit(&d->lock, 0, memory_order_release);
+            pthread_exit(NULL);
+        }
+        d->items = grown;
+        d->cap *= 2;
+    }
+    d->items[d->tail++] = *task;
     atomic_store_explicit(&d->lock, 0, memory_order_release);
-    s->tasks++;
 }
 
-/* The owner pops the newest range (``newest``) or a thief the oldest: 1 if there was one. */
-static int deque_take(run_t *r, int v, int newest, long *lo, long *hi)
+/* The owner pops the newest task (``newest``), or a thief or a mailbox's owner the oldest: 1 if there was one. */
+static int deque_take(run_t *r, struct tbb_deque *d, int newest, struct tbb_part *task)
 {
-    struct tbb_deque *d = &r->deques[v];
     deque_lock(r, d);
     int got = d->tail > d->head;
-    if (got) {
-        int i = newest ? --d->tail : d->head++;
-        *lo = d->lo[i]; *hi = d->hi[i];
-    }
+    if (got) *task = d->items[newest ? --d->tail : d->head++];
     atomic_store_explicit(&d->lock, 0, memory_order_release);
     return got;
 }
 
-/* simple_partitioner: spawn the upper half while the range exceeds the grainsize, run the rest; then pop,
- * or steal the oldest range of a random victim, until every iteration of the loop has run. */
-static void run_tbb_simple(run_t *r, int w, worker_state *s, int loop)
+/* oneTBB's partitioner constants (partitioner.h), as in tbb.py. */
+#define TBB_INITIAL_CHUNKS 2
+#define TBB_RANGE_POOL 8
+#define TBB_INIT_DEPTH 5
+#define TBB_DEMAND_DEPTH_ADD 1
+#define TBB_AFFINITY_POWER 4
+enum { TBB_PASS, TBB_BEGIN };
+
+static inline int tbb_factor(run_t *r) { return r->share == SHARE_TBB_AFFINITY ? 1 << TBB_AFFINITY_POWER : 1; }
+
+static int tbb_new_node(run_t *r, int parent)
 {
-    long lo = 0, hi = r->n;
+    int id = (int)atomic_fetch_add_explicit(&r->tbb_spawned.v, 1, memory_order_relaxed);
+    struct tbb_node *node = &r->nodes[id];
+    atomic_store_explicit(&node->stolen, 0, memory_order_relaxed);
+    atomic_store_explicit(&node->taken, 0, memory_order_relaxed);
+    atomic_store_explicit(&node->running, 0, memory_order_relaxed);
+    node->parent = parent;
+    return id;
+}
+
+/* Whether the task may split again: simple always (down to the grainsize), auto above divisor 1 or once more at 1
+ * while depth is left, affinity while it stands for more than one thread. */
+static int tbb_divisible(run_t *r, struct tbb_part *p)
+{
+    if (r->share == SHARE_TBB_SIMPLE) return 1;
+    if (r->share == SHARE_TBB_AFFINITY) return p->divisor > tbb_factor(r);
+    if (p->divisor > 1) return 1;
+    if (p->divisor && p->depth) { p->depth--; p->divisor = 0; return 1; }
+    return 0;
+}
+
+/* adaptive_mode's split: the divisor halves, the child gets the other half. */
+static struct tbb_part tbb_child(run_t *r, struct tbb_part *p)
+{
+    p->divisor /= 2;
+    struct tbb_part c = {0, 0, p->divisor, p->depth, TBB_PASS, p->head + p->divisor, -1, -1, -1, -1, 0};
+    if (r->share == SHARE_TBB_AFFINITY) c.head %= tbb_factor(r) * r->threads;
+    return c;
+}
+
+/* An initial split of [lo, hi): the middle, or affinity's proportional split giving the right child floor(t/2)
+ * of the task's t threads and as much of the range; *right gets the child's partition state. */
+static long tbb_split(run_t *r, struct tbb_part *p, long lo, long hi, struct tbb_part *right)
+{
+    if (r->share != SHARE_TBB_AFFINITY) {
+        *right = tbb_child(r, p);
+        return lo + (hi - lo) / 2;
+    }
+    int factor = tbb_factor(r), threads = p->divisor / factor, share = threads / 2;
+    long mid = hi - (long)((double)(hi - lo) * share / threads + 0.5);
+    p->divisor -= share * factor;
+    *right = (struct tbb_part){0, 0, share * factor, p->depth, TBB_BEGIN, (p->head + p->divisor) % (factor * r->threads),
+                               -1, -1, -1, -1, 0};
+    return mid;
+}
+
+/* check_for_demand: auto splits deeper when a sibling was stolen; affinity first hands out affinitized tasks
+ * while its divisor lasts (after its first leaf). */
+static int tbb_demand(run_t *r, struct tbb_part *p, int peer_stolen)
+{
+    if (r->share == SHARE_TBB_AFFINITY) {
+        if (p->delay == TBB_BEGIN) { p->delay = TBB_PASS; return 0; }
+        if (p->divisor > 1) return 1;
+        if (p->divisor && p->depth) { p->divisor = 0; return 1; }
+    }
+    if (peer_stolen) { p->depth += TBB_DEMAND_DEPTH_ADD; return 1; }
+    return 0;
+}
+
+/* start_for::offer_work: spawn [lo, hi) as ``right``, sharing a new node with ``p``; under affinity a task with a
+ * divisor is mailed to the thread its slot names (when empty, slot / 16) unless that is this one. */
+static void tbb_offer(run_t *r, worker_state *s, int w, struct tbb_part *p, struct tbb_part *right, long lo, long hi)
+{
+    right->lo = lo; right->hi = hi;
+    right->origin = w;
+    if (r->share != SHARE_TBB_SIMPLE) p->node = right->node = right->self = tbb_new_node(r, p->self);
+    if (r->share == SHARE_TBB_AFFINITY && right->divisor) {
+        int recorded = atomic_load_explicit(&r->slots[right->head], memory_order_relaxed);
+        right->target = recorded >= 0 ? recorded : right->head / tbb_factor(r);
+        if (right->target != w) {
+            right->mailed = 1;
+            deque_push(r, s, &r->mailboxes[right->target], right);
+        }
+    }
+    deque_push(r, s, &r->deques[w], right);
+    s->tasks++;
+}
+
+static void tbb_leaf(run_t *r, worker_state *s, int loop, long lo, long hi)
+{
+    run_chunk(r, s, loop, lo, hi);
+    atomic_fetch_sub(&r->tbb_left.v, hi - lo);
+}
+
+/* start_for::execute, as tbb.py's TbbAuto.run_range: claim a mailed task, note where it runs, check whether it was
+ * stolen, split it while divisible, then run it, through a range pool when depth is left. */
+static void tbb_execute(run_t *r, worker_state *s, int w, int loop, struct tbb_part *p)
+{
+    long lo = p->lo, hi = p->hi, grain = r->chunk;
+    if (p->mailed && atomic_exchange(&r->nodes[p->self].taken, 1)) return;   /* its other copy ran */
+    int factor = tbb_factor(r), tracked = r->share != SHARE_TBB_SIMPLE;
+    if (tracked) {
+        atomic_store(&r->nodes[p->self].running, 1);
+        if (p->target >= 0 && p->target != w && p->divisor)   /* note_affinity */
+            atomic_store_explicit(&r->slots[p->head], w, memory_order_relaxed);
+        if (p->divisor / factor == 0) {   /* check_being_stolen */
+            p->divisor = 1;
+            if (p->node >= 0 && w != p->origin
+                && atomic_load(&r->nodes[r->nodes[p->node].parent].running)) {
+                atomic_store(&r->nodes[p->node].stolen, 1);
+                if (!p->depth) p->depth++;
+                p->depth += TBB_DEMAND_DEPTH_ADD;
+            }
+        }
+    }
+    struct tbb_part right;
+    while (hi - lo > grain && tbb_divisible(r, p)) {
+        long mid = tbb_split(r, p, lo, hi, &right);
+        tbb_offer(r, s, w, p, &right, mid, hi);
+        hi = mid;
+    }
+    if (hi - lo <= grain || !p->depth) {
+        tbb_leaf(r, s, loop, lo, hi);
+    } else {
+        /* The range pool: ranges and their depths, index 0 the oldest and largest. */
+        long a[TBB_RANGE_POOL], b[TBB_RANGE_POOL];
+        int d[TBB_RANGE_POOL], count = 1;
+        a[0] = lo; b[0] = hi; d[0] = 0;
+        while (count) {
+            while (count < TBB_RANGE_POOL && d[count - 1] < p->depth && b[count - 1] - a[count - 1] > grain) {
+                long mid = a[count - 1] + (b[count - 1] - a[count - 1]) / 2;
+                a[count] = a[count - 1]; b[count] = mid; d[count] = ++d[count - 1];
+                a[count - 1] = mid;
+                count++;
+            }
+            int stolen = p->node >= 0 && atomic_load(&r->nodes[p->node].stolen);
+            if (tbb_demand(r, p, stolen)) {
+                if (count > 1) {
+                    long first_lo = a[0], first_hi = b[0];
+                    int first_d = d[0];
+                    memmove(a, a + 1, (size_t)(count - 1) * sizeof *a);
+                    memmove(b, b + 1, (size_t)(count - 1) * sizeof *b);
+                    memmove(d, d + 1, (size_t)(count - 1) * sizeof *d);
+                    count--;
+                    right = tbb_child(r, p);
+                    right.depth -= first_d;
+                    tbb_offer(r, s, w, p, &right, first_lo, first_hi);
+                    continue;
+                }
+                if (d[0] < p->depth && b[0] - a[0] > grain) continue;
+            }
+            count--;
+            tbb_leaf(r, s, loop, a[count], b[count]);
+        }
+    }
+    if (tracked) atomic_store(&r->nodes[p->self].running, 0);
+}
+
+/* oneTBB's parallel_for: the master runs the root task; a thread pops its newest task, else (affinity) takes the
+ * oldest task in its mailbox, else steals the oldest task of a random victim, until every iteration has run. An
+ * owner leaves a task it mailed to an idle thread to that thread. */
+static void run_tbb(run_t *r, int w, worker_state *s, int loop)
+{
+    int affinity = r->share == SHARE_TBB_AFFINITY, factor = tbb_factor(r);
+    struct tbb_part task = {0, r->n, 0, 0, TBB_PASS, 0, w, -1, -1, -1, 0};
+    if (r->share == SHARE_TBB_AUTO) { task.divisor = 4 * r->threads / 4 * TBB_INITIAL_CHUNKS; task.depth = TBB_INIT_DEPTH; }
+    if (affinity) { task.divisor = factor * r->threads; task.depth = TBB_AFFINITY_POWER + 1; task.head = w * factor; }
+    if (r->share != SHARE_TBB_SIMPLE && w == 0) { task.delay = TBB_BEGIN; task.self = tbb_new_node(r, -1); }
     int got = w == 0;   /* the master runs the root range */
     for (;;) {
-        if (!got) got = deque_take(r, w, 1, &lo, &hi);
+        if (!got) got = deque_take(r, &r->deques[w], 1, &task);
+        if (got && affinity && task.mailed && task.origin == w
+            && !atomic_load_explicit(&r->nodes[task.self].taken, memory_order_relaxed)
+            && !atomic_load_explicit(&r->tbb_busy[task.target].v, memory_order_relaxed)) {
+            got = 0;   /* left to the idle thread it is mailed to */
+            continue;
+        }
+        if (!got && affinity) got = deque_take(r, &r->mailboxes[w], 0, &task);
         if (!got && r->threads > 1) {
             s->steal_attempts++;
-            got = deque_take(r, random_victim(s, w, r->threads), 0, &lo, &hi);
+            got = deque_take(r, &r->deques[random_victim(s, w, r->threads)], 0, &task);
             s->steals += got;
         }
         if (got) {
-            while (hi - lo > r->chunk) {
-                long mid = lo + (hi - lo) / 2;
-                deque_push(r, s, w, mid, hi);
-                hi = mid;
-            }
-            run_chunk(r, s, loop, lo, hi);
-            atomic_fetch_sub(&r->tbb_left.v, hi - lo);
+            if (affinity) atomic_store_explicit(&r->tbb_busy[w].v, 1, memory_order_relaxed);
+            tbb_execute(r, s, w, loop, &task);
+            if (affinity) atomic_store_explicit(&r->tbb_busy[w].v, 0, memory_order_relaxed);
             got = 0;
             continue;
         }
@@ -886,7 +1080,9 @@ static void share(run_t *r, int w, worker_state *s, int loop)
         run_static_steal(r, w, s, loop);
         break;
     case SHARE_TBB_SIMPLE:
-        run_tbb_simple(r, w, s, loop);
+    case SHARE_TBB_AUTO:
+    case SHARE_TBB_AFFINITY:
+        run_tbb(r, w, s, loop);
         break;
     default:
         if (r->share >= SHARE_WF) run_adaptive(r, w, s, loop);
@@ -971,7 +1167,8 @@ static int run_threads(int threads, const int *cpus, void *(*body)(void *), void
 }
 
 static const char *SHARES[] = {"static", "dynamic", "guided", "stealing", "replay", "ich", "hybrid",
-                               "static_steal", "tbb_simple", "table", "static-table", NULL};
+                               "static_steal", "tbb_simple", "table", "static-table", "tbb_auto",
+                               "tbb_affinity", NULL};
 static const char *BARRIERS[] = {"central", "tree", NULL};
 
 static int lookup(const char *name, const char **names)
@@ -1118,6 +1315,12 @@ static PyObject *native_run(PyObject *self, PyObject *args)
     r.adapt = calloc((size_t)threads, sizeof *r.adapt);
     r.steal_flag = aligned_alloc(LINE, (size_t)threads * sizeof(padded));
     r.deques = aligned_alloc(LINE, (size_t)threads * sizeof(struct tbb_deque));
+    r.mailboxes = aligned_alloc(LINE, (size_t)threads * sizeof(struct tbb_deque));
+    r.tbb_busy = aligned_alloc(LINE, (size_t)threads * sizeof(padded));
+    r.slots = calloc((size_t)threads << TBB_AFFINITY_POWER, sizeof *r.slots);
+    if (r.deques) for (int w = 0; w < threads; w++) r.deques[w].items = NULL;
+    if (r.mailboxes) for (int w = 0; w < threads; w++) r.mailboxes[w].items = NULL;
+    if (!r.mailboxes || !r.tbb_busy || !r.slots) { PyErr_NoMemory(); goto done; }
     if (!cpus || !wargs || !r.ws || !r.loop_end || !r.ranges || !r.arrived || !r.released || !r.ich_d
         || !r.ich_k || !r.claimed || !r.stats || !r.adapt || !r.steal_flag || !r.deques) {
         PyErr_NoMemory();
@@ -1131,8 +1334,16 @@ static PyObject *native_run(PyObject *self, PyObject *args)
         atomic_init(&r.ich_d[w].v, threads);
         atomic_init(&r.ich_k[w].v, 0);
         atomic_init(&r.steal_flag[w].v, STEAL_UNUSED);
-        atomic_init(&r.deques[w].lock, 0);
-        r.deques[w].head = r.deques[w].tail = 0;
+        struct tbb_deque *boxes[] = {&r.deques[w], &r.mailboxes[w]};
+        for (int k = 0; k < 2; k++) {
+            atomic_init(&boxes[k]->lock, 0);
+            boxes[k]->head = boxes[k]->tail = 0;
+            boxes[k]->cap = TBB_DEQUE;
+            boxes[k]->items = malloc(TBB_DEQUE * sizeof *boxes[k]->items);
+            if (!boxes[k]->items) { PyErr_NoMemory(); goto done; }
+        }
+        atomic_init(&r.tbb_busy[w].v, 0);
+        for (int k = 0; k < 1 << TBB_AFFINITY_POWER; k++) atomic_init(&r.slots[(w << TBB_AFFINITY_POWER) + k], -1);
         r.ws[w].rng = 0x9E3779B97F4A7C15ull * (uint64_t)(w + 1);
         wargs[w] = (worker_arg){&r, w};
     }
@@ -1176,6 +1387,12 @@ static PyObject *native_run(PyObject *self, PyObject *args)
         if (!r.out) { PyErr_NoMemory(); goto done; }
     }
     r.share = lookup(share_name, SHARES);
+    if (r.share == SHARE_TBB_AUTO || r.share == SHARE_TBB_AFFINITY) {
+        int64_t biggest = 0;
+        for (int l = 0; l < r.program; l++) if (r.sizes[l] > biggest) biggest = r.sizes[l];
+        r.nodes = malloc(((size_t)biggest + 1) * sizeof *r.nodes);
+        if (!r.nodes) { PyErr_NoMemory(); goto done; }
+    }
     if (r.share < 0 && lookup(share_name, ADAPTIVE_SHARES) >= 0) {
         r.share = SHARE_WF + lookup(share_name, ADAPTIVE_SHARES);
         /* The weighted shares take their P starting weights where replay takes its plan. */
@@ -1288,7 +1505,9 @@ done:
     if (r.ws) for (int w = 0; w < threads; w++) { free(r.ws[w].recs); free(r.ws[w].marks); }
     free(cpus); free(wargs); free(r.ws); free(r.loop_end);
     free(r.ranges); free(r.arrived); free(r.released); free(r.ich_d); free(r.ich_k); free(r.claimed);
-    free(r.stats); free(r.adapt); free(r.steal_flag); free(r.deques);
+    free(r.stats); free(r.adapt); free(r.steal_flag);
+    for (int w = 0; w < threads && r.deques && r.mailboxes; w++) { free(r.deques[w].items); free(r.mailboxes[w].items); }
+    free(r.deques); free(r.mailboxes); free(r.tbb_busy); free(r.slots); free(r.nodes);
     if (r.arrays) munmap(r.arrays, r.mapped);
     free(r.offsets);
     free(r.bases);

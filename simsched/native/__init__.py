@@ -256,7 +256,10 @@ def execute(sched, workload: str, threads: int, costs: np.ndarray, sizes, repeat
     share, barrier, fork_full, join_full, chunk = native_config(sched, int(sizes.max()), threads)
     memory = memory or (b"", "stride", 8, 0, 0)  # the extension's defaults: no memory kernel
     rows, offsets = b"", b""
-    if "weights" in sched.params:
+    if plan is not None:
+        share, barrier, fork_full, join_full, chunk = "replay", "tree", True, True, 0
+        rows, offsets = (np.ascontiguousarray(part, dtype=np.int64).tobytes() for part in plan)
+    elif "weights" in sched.params:
         # The weighted shares read their normalised starting weights where replay reads its plan.
         from ..schedulers.adaptive import normalised
 
@@ -264,9 +267,6 @@ def execute(sched, workload: str, threads: int, costs: np.ndarray, sizes, repeat
     elif share in ("table", "static-table"):
         rng = np.random.default_rng(seed) if rng is None else rng
         rows, offsets = chunk_tables(sched, costs, sizes, loops, cpus, rng)
-    if plan is not None:
-        share, barrier, fork_full, join_full, chunk = "replay", "tree", True, True, 0
-        rows, offsets = (np.ascontiguousarray(part, dtype=np.int64).tobytes() for part in plan)
     try:
         trace = _native.run(np.ascontiguousarray(costs, dtype=np.float64).tobytes(), loops, list(cpus), share,
                             barrier, fork_full, join_full, chunk, float(_check_timeout(timeout_s)), rows, offsets,
@@ -305,7 +305,6 @@ def chunk_tables(sched, costs: np.ndarray, sizes: np.ndarray, loops: int, cpus: 
 
 # Counters the simulator reports that are zero natively by construction.
 ZERO_NATIVELY = {
-    "tasks_created": "the native runtime claims ranges and partitions; only the TBB partitioners push tasks",
     "wakeups": "native workers spin between loops; they never sleep",
 }
 

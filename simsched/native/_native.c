@@ -142,6 +142,7 @@ struct run {
     struct tbb_deque *mailboxes;   /* tbb-affinity: each thread's mailbox, oldest first */
     struct tbb_node *nodes;     /* tbb-auto, tbb-affinity: the loop's tasks (tree nodes), by spawn order */
     padded tbb_spawned;         /* ... how many of them the loop has allocated */
+    int64_t node_count;         /* ... and how many there are */
     atomic_int *slots;          /* tbb-affinity: the affinity array, 16P slots kept across loops (-1: empty) */
     padded *tbb_busy;           /* tbb-affinity: whether each thread runs a task */
 };
@@ -365,7 +366,21 @@ enum { SHARE_WF = 100, SHARE_AWF_B, SHARE_AWF_C, SHARE_AWF_D, SHARE_AWF_E, SHARE
 static const char *ADAPTIVE_SHARES[] = {"wf", "awf-b", "awf-c", "awf-d", "awf-e", "af", NULL};
 
 /* AWF: a = pi (the weighted average iteration time); AF: a = mu, b = sigma^2; a < 0: nothing published. */
-struct stat_slot { _Alignas(LINE) _Atomic double a, b; };
+/* a: AWF's pi or AF's mean, b: AF's variance; AF publishes (a, b) under the sequence count seq (odd while
+ * it writes), so a reader never pairs one measurement's mean with another's variance. */
+struct stat_slot { _Alignas(LINE) _Atomic double a, b; atomic_long seq; };
+
+/* AF's (mean, variance) of worker j, as one pair. */
+static void read_pair(run_t *r, int j, double *mu, double *var)
+{
+    long before, after;
+    do {
+        before = atomic_load_explicit(&r->stats[j].seq, memory_order_acquire);
+        *mu = atomic_load_explicit(&r->stats[j].a, memory_order_acquire);
+        *var = atomic_load_explicit(&r->stats[j].b, memory_order_acquire);
+        after = atomic_load_explicit(&r->stats[j].seq, memory_order_acquire);
+    } while (before != after || (before & 1));
+}
 
 struct adapt_state {
     double weight, sum_time, sum_iters, sum_avg, sum_avg2, last;
@@ -379,6 +394,7 @@ static void adaptive_prepare(run_t *r)
     for (int w = 0; w < r->threads; w++) {
         atomic_store(&r->stats[w].a, -1.0);
         atomic_store(&r->stats[w].b, 0.0);
+        atomic_store(&r->stats[w].seq, 0);
         r->adapt[w] = (struct adapt_state){r->weights ? r->weights[w] : 1.0, 0, 0, 0, 0, -1.0, 0, 0, -1};
     }
 }
@@ -416,8 +432,10 @@ static void af_measured(run_t *r, int w, struct adapt_state *a, long size, doubl
         var = (a->sum_avg2 - (double)c * mu * mu) / (double)(c - 1);
         if (var < 0) var = 0.0;
     }
-    atomic_store(&r->stats[w].b, var);
-    atomic_store(&r->stats[w].a, mu);
+    atomic_fetch_add_explicit(&r->stats[w].seq, 1, memory_order_acq_rel);
+    atomic_store_explicit(&r->stats[w].b, var, memory_order_release);
+    atomic_store_explicit(&r->stats[w].a, mu, memory_order_release);
+    atomic_fetch_add_explicit(&r->stats[w].seq, 1, memory_order_acq_rel);
 }
 
 /* Read every worker's pi and recompute w's weight over those that have published. */
@@ -439,10 +457,12 @@ static long adaptive_size(run_t *r, int w, struct adapt_state *a, long lo)
     long n = r->n, P = r->threads, left, k = r->chunk, size;
     if (r->share == SHARE_AF) {
         if (!a->count) return k;
-        double mine_mu = atomic_load(&r->stats[w].a), mine_var = atomic_load(&r->stats[w].b);
+        double mine_mu, mine_var;
+        read_pair(r, w, &mine_mu, &mine_var);
         double d = 0, t_inv = 0;
         for (int j = 0; j < P; j++) {
-            double mu = atomic_load(&r->stats[j].a), var = atomic_load(&r->stats[j].b);
+            double mu, var;
+            read_pair(r, j, &mu, &var);
             if (mu < 0) { mu = mine_mu; var = mine_var; }
             d += var / mu;
             t_inv += 1.0 / mu;
@@ -844,6 +864,10 @@ static inline int tbb_factor(run_t *r) { return r->share == SHARE_TBB_AFFINITY ?
 static int tbb_new_node(run_t *r, int parent)
 {
     int id = (int)atomic_fetch_add_explicit(&r->tbb_spawned.v, 1, memory_order_relaxed);
+    if (id >= r->node_count) {   /* cannot happen: each split leaves two non-empty ranges, so spawns < n */
+        atomic_store(&r->abort_flag, 1);
+        pthread_exit(NULL);
+    }
     struct tbb_node *node = &r->nodes[id];
     atomic_store_explicit(&node->stolen, 0, memory_order_relaxed);
     atomic_store_explicit(&node->taken, 0, memory_order_relaxed);
@@ -1250,9 +1274,12 @@ static int check_tables(run_t *r, Py_buffer *plan, Py_buffer *plan_start)
     int ok = tables >= 1 && tables <= INT32_MAX && plan_start->len % (Py_ssize_t)sizeof(int64_t) == 0
              && tables % r->program == 0 && start[0] == 0
              && start[tables] * (Py_ssize_t)sizeof(int64_t) == plan->len;
+    /* Every table holds at least two bounds and lies inside the plan, before any bound is read. */
+    for (Py_ssize_t t = 0; ok && t < tables; t++) ok = start[t] >= 0 && start[t + 1] > start[t] + 1
+                                                     && start[t + 1] <= start[tables];
     for (Py_ssize_t t = 0; ok && t < tables; t++) {
         int64_t first = start[t], last = start[t + 1] - 1;
-        ok = last > first && b[first] == 0 && b[last] == r->sizes[t % r->program];
+        ok = b[first] == 0 && b[last] == r->sizes[t % r->program];
         for (int64_t i = first; ok && i < last; i++) ok = b[i] <= b[i + 1];
     }
     if (!ok) {
@@ -1390,13 +1417,20 @@ static PyObject *native_run(PyObject *self, PyObject *args)
     if (r.share == SHARE_TBB_AUTO || r.share == SHARE_TBB_AFFINITY) {
         int64_t biggest = 0;
         for (int l = 0; l < r.program; l++) if (r.sizes[l] > biggest) biggest = r.sizes[l];
-        r.nodes = malloc(((size_t)biggest + 1) * sizeof *r.nodes);
+        r.node_count = biggest + 1;
+        r.nodes = malloc((size_t)r.node_count * sizeof *r.nodes);
         if (!r.nodes) { PyErr_NoMemory(); goto done; }
     }
     if (r.share < 0 && lookup(share_name, ADAPTIVE_SHARES) >= 0) {
         r.share = SHARE_WF + lookup(share_name, ADAPTIVE_SHARES);
         /* The weighted shares take their P starting weights where replay takes its plan. */
-        if (plan.buf && plan.len == (Py_ssize_t)((size_t)threads * sizeof(double))) r.weights = plan.buf;
+        if (plan.buf && plan.len) {
+            if (plan.len != (Py_ssize_t)((size_t)threads * sizeof(double))) {
+                PyErr_SetString(PyExc_ValueError, "native run: a weighted share needs one float64 weight per thread");
+                goto done;
+            }
+            r.weights = plan.buf;
+        }
     }
     r.barrier = lookup(barrier_name, BARRIERS);
     r.fork_full = fork_full;

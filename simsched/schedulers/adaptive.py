@@ -197,10 +197,12 @@ class AdaptiveWeightedFactoring(WeightedFactoring):
 
     def request(self, sim, w, state, t):
         if self.ELAPSED:
-            t += sim.costs["timer"]
+            # The clock read both ends the previous interval and starts the next one.
+            now = t + sim.costs["timer"]
+            t = now
             if state.last is not None:
-                t = self.measured(sim, w, state, state.size, t - state.last, t)
-            state.last = t
+                t = self.measured(sim, w, state, state.size, now - state.last, now)
+            state.last = now
         return t
 
     def measured(self, sim, w, state, size, elapsed, t):

@@ -286,7 +286,7 @@ class PerformanceBased(ChunkRule):
         self.next.value = sim.threads  # claims start after the static blocks
 
     def share(self, sim, w, index):
-        if w < len(self.ranges) and self.ranges[w][1] > self.ranges[w][0]:
+        if self.ranges[w][1] > self.ranges[w][0]:
             sim.counters["chunks"] += 1
             yield sim.until(sim.run_chunks(w, index, [self.ranges[w]], sim.env.now))
         yield from self.claim(sim, w, index)

@@ -174,7 +174,7 @@ class Trapezoid(IndexedChunks):
     the chunk that reaches N is cut there, and if the rounded sizes fall short, the
     last chunk takes what is left. With ``rounding=truncate`` the decrement itself is
     truncated to an integer, d = floor((f - l) / (C - 1)), and chunk i is f - i*d, as
-    LoopSim (and libomp's trapezoidal schedule) compute it.
+    LoopSim computes it.
     """
 
     name = "tss"

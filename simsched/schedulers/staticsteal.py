@@ -3,8 +3,8 @@
 libomp (kmp_dispatch.cpp, ``kmp_sch_static_steal``) splits the loop into C = ceil(N/k)
 chunks of k iterations and gives thread t the contiguous chunk indices
 [t*(C//P) + min(t, C%P), ... + C//P + (t < C%P)). Each thread keeps its range as a
-(count, ub) pair on its own dispatch buffer and claims its next chunk by a CAS that
-increments count. A thread whose range is empty marks its buffer THIEF and looks for a
+(count, ub) pair on its own dispatch buffer and claims its next chunk by an atomic
+increment of count (a CAS in libomp). A thread whose range is empty marks its buffer THIEF and looks for a
 victim, starting with the thread after itself (later, the last victim it robbed),
 skipping buffers marked THIEF; from a READY victim it takes, by one 64-bit CAS on the
 victim's (count, ub), the last floor(remaining/4) chunks when more than 7 remain, else
@@ -72,7 +72,10 @@ class StaticSteal(FullBarriers):
 
     def share(self, sim, w, index):
         if not self.stealing:
-            t, _ = yield from claim_by_index(sim, w, index, self.next, self.table)
+            # Each fetch-and-add is a claim, the last (which finds none left) a failed one, as natively.
+            t, claimed = yield from claim_by_index(sim, w, index, self.next, self.table)
+            sim.counters["claims"] += claimed + 1
+            sim.counters["failed_claims"] += 1
             yield sim.wait(w, "schedule", t)
             return
         mem, threads = sim.memory, sim.threads
@@ -88,7 +91,7 @@ class StaticSteal(FullBarriers):
         while True:
             chunk, t = self.claim_own(sim, w)
             if chunk is None:
-                chunk = yield from self.steal(sim, w)
+                chunk = yield from self.steal(sim, w, t)
                 t = sim.env.now
             if chunk is None:
                 break
@@ -103,7 +106,8 @@ class StaticSteal(FullBarriers):
         yield sim.wait(w, "schedule", t)
 
     def claim_own(self, sim, w: int):
-        """The owner's next chunk index by a CAS incrementing its count (None when its range is empty), and when."""
+        """The owner's next chunk index (None when its range is empty) and when: one atomic increment of its count,
+        libomp's CAS modeled as one read-modify-write."""
         mem = sim.memory
         (count, ub), t = mem.read(self.pair[w], w)
         if count >= ub:
@@ -115,10 +119,11 @@ class StaticSteal(FullBarriers):
             return None, t
         return count, t
 
-    def steal(self, sim, w: int):
-        """Look for a victim (at most P - 1 attempts) and take chunks off its tail: the first stolen chunk index, or None."""
+    def steal(self, sim, w: int, t: float):
+        """From time ``t``, look for a victim (at most P - 1 attempts) and take chunks off its tail: the first
+        stolen chunk index, or None."""
         mem, threads = sim.memory, sim.threads
-        t = mem.store(self.flag[w], w, THIEF)
+        t = mem.store(self.flag[w], w, THIEF, at=t)
         for _ in range(threads - 1):
             victim = self.victim[w]
             last = victim - 1 if victim else threads - 1

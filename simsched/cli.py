@@ -617,22 +617,25 @@ def cmd_plot(args) -> int:
     affinity = experiment.affinity if experiment else None
     apps = experiment.apps if experiment else None
     peers = experiment.peers is not None if experiment else False
-    default = ("breakdown.png" if breakdown else "affinity.png" if affinity else "apps.png" if apps
-               else "peers.png" if peers else "speedup.png")
+    # The plot of the first section the experiment has, in this order, and its default file name.
+    default = next((name for name, present in (("peers.png", peers), ("apps.png", apps is not None),
+                                                ("affinity.png", affinity is not None),
+                                                ("breakdown.png", breakdown is not None))
+                    if present), "speedup.png")
     out = image_path(check_output(Path(args.out) if args.out else folder / default, "--out"))
     if peers:
         from .analysis.peers import peers_table, plot_peers
 
         plot_peers(peers_table(frame), out)
-    elif apps:
+    elif apps is not None:
         from .analysis.apps import apps_comparison, apps_table, plot_apps
 
         plot_apps(apps_comparison(apps_table(frame)), out)
-    elif affinity:
+    elif affinity is not None:
         from .analysis.locality import affinity_table, plot_affinity
 
         plot_affinity(affinity_table(frame), out)
-    elif breakdown:
+    elif breakdown is not None:
         from .analysis.breakdown import breakdown_table, plot_breakdown
 
         plot_breakdown(breakdown_table(frame, breakdown["baseline"]), out)

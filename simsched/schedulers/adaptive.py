@@ -190,10 +190,7 @@ class AdaptiveWeightedFactoring(WeightedFactoring):
     PER_CHUNK = False
     # Whether the time runs from request to request (D, E) rather than over the chunk alone (B, C).
     ELAPSED = False
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        cls.READS_AT_START = cls.READS_AT_END = 0 if cls.ELAPSED else 1
+    READS_AT_START = READS_AT_END = 1
 
     def request(self, sim, w, state, t):
         if self.ELAPSED:
@@ -252,6 +249,7 @@ class AwfD(AdaptiveWeightedFactoring):
     name = "awf-d"
     summary = "adaptive weighted factoring: weights per batch from request-to-request times"
     ELAPSED = True
+    READS_AT_START = READS_AT_END = 0  # one clock read per request instead
 
 
 class AwfE(AdaptiveWeightedFactoring):
@@ -259,6 +257,7 @@ class AwfE(AdaptiveWeightedFactoring):
     name = "awf-e"
     summary = "adaptive weighted factoring: weights per chunk from request-to-request times"
     PER_CHUNK = ELAPSED = True
+    READS_AT_START = READS_AT_END = 0  # one clock read per request instead
 
 
 class AdaptiveFactoring(WeightedFactoring):

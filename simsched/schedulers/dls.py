@@ -9,7 +9,6 @@ shared line, so what a technique costs is what its chunk count makes the claims 
 from __future__ import annotations
 
 import math
-from itertools import count, repeat
 
 import numpy as np
 
@@ -17,23 +16,6 @@ from ..errors import SimschedError
 from ..spec import Param
 from .selfsched import CHUNK_PARAM, IndexedChunks, batched_bounds
 from .static import BARRIER_PARAM
-
-
-def cut(n: int, sizes) -> list[int]:
-    """The boundaries of chunks of ``sizes`` (an endless iterable of sizes >= 1) laid from 0, the last cut at ``n``."""
-    bounds, lo = [0], 0
-    for size in sizes:
-        lo = min(lo + size, n)
-        bounds.append(lo)
-        if lo == n:
-            break
-    return bounds
-
-
-def batches(sizes, threads: int):
-    """Each size of ``sizes`` ``threads`` times: a batch (a stage) of P equal chunks."""
-    for size in sizes:
-        yield from repeat(size, threads)
 
 
 def cost_moments(loop) -> tuple[float, float]:
@@ -99,7 +81,8 @@ class FixedSizeChunking(ChunkRule):
         return max(self.params["chunk"], k)
 
     def bounds(self, n, threads, loop, rng):
-        return cut(n, repeat(self.chunk_size(n, threads, loop)))
+        k = self.chunk_size(n, threads, loop)
+        return batched_bounds(n, 1, lambda left, chunk: k)
 
 
 class ModifiedFixedSizeChunking(ChunkRule):
@@ -119,7 +102,8 @@ class ModifiedFixedSizeChunking(ChunkRule):
         return max(self.params["chunk"], k)
 
     def bounds(self, n, threads, loop, rng):
-        return cut(n, repeat(self.chunk_size(n, threads)))
+        k = self.chunk_size(n, threads)
+        return batched_bounds(n, 1, lambda left, chunk: k)
 
 
 class KnownVarianceFactoring(ChunkRule):
@@ -172,9 +156,8 @@ class TrapezoidFactoring(ChunkRule):
         gaps = max(math.ceil(2 * n / (first + 1)) - 1, 1)
         k = self.params["chunk"]
         # ceil((2 f gaps - (2jP + P - 1)(f - 1)) / (2 gaps)), by negated floor division.
-        sizes = (max(k, -(-(2 * first * gaps - (2 * j * threads + threads - 1) * (first - 1)) // (2 * gaps)))
-                 for j in count())
-        return cut(n, batches(sizes, threads))
+        return batched_bounds(n, threads, lambda left, j: max(
+            k, -(-(2 * first * gaps - (2 * j * threads + threads - 1) * (first - 1)) // (2 * gaps))))
 
 
 class FixedIncrease(ChunkRule):
@@ -198,7 +181,7 @@ class FixedIncrease(ChunkRule):
         first = max(self.params["chunk"], n // (x * threads))
         # 2N (1 - B/X) = 4N / X, in exact integers.
         bump = 4 * n // (x * threads * b * (b - 1))
-        return cut(n, batches((first + s * bump for s in count()), threads))
+        return batched_bounds(n, threads, lambda left, stage: first + stage * bump)
 
 
 class VariableIncrease(ChunkRule):
@@ -217,9 +200,13 @@ class VariableIncrease(ChunkRule):
     def bounds(self, n, threads, loop, rng):
         first = n // ((self.params["x"] or threads) * threads)
         k = self.params["chunk"]
-        # Once 2^s > c_0, floor(c_0 (2 - 2^-s)) stays at 2 c_0 - 1 (or 0): s need not grow past c_0's bits.
-        sizes = (max(k, (first * ((2 << s) - 1)) >> s) for s in (min(i, first.bit_length()) for i in count()))
-        return cut(n, batches(sizes, threads))
+
+        def size(left, stage):
+            # Once 2^s > c_0, floor(c_0 (2 - 2^-s)) stays at 2 c_0 - 1 (or 0): s need not grow past c_0's bits.
+            s = min(stage, first.bit_length())
+            return max(k, (first * ((2 << s) - 1)) >> s)
+
+        return batched_bounds(n, threads, size)
 
 
 class RandomChunks(ChunkRule):
@@ -246,7 +233,8 @@ class RandomChunks(ChunkRule):
     def bounds(self, n, threads, loop, rng):
         low = self.params["min"]
         high = self.params["max"] if self.params["max"] is not None else max(low, n - 1)
-        return cut(n, self._sizes(n, low, high, rng))
+        sizes = self._sizes(n, low, high, rng)
+        return batched_bounds(n, 1, lambda left, chunk: next(sizes))
 
     @staticmethod
     def _sizes(n, low, high, rng):

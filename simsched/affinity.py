@@ -52,11 +52,11 @@ class AffinityTracker:
         self.newest = -1
 
     def add(self, block: np.ndarray) -> None:
-        """Take a block of chunk rows (worker, loop, lo, hi, ...) and settle the pairs it makes safe."""
-        loops = block[:, 1].astype(np.int64)
+        """Take a block of int64 chunk rows (worker, loop, lo, hi) and settle the pairs it makes safe."""
+        loops = block[:, 1]
         program = loops < len(self.sizes)
         for index in np.unique(loops[program]).tolist():
-            self.pending.setdefault(index, []).append(block[loops == index][:, :4].astype(np.int64))
+            self.pending.setdefault(index, []).append(block[loops == index])
             self.newest = max(self.newest, index)
         self.settle(self.newest - 2)
 

@@ -12,12 +12,14 @@ from .affinity import AffinityTracker
 from .errors import ExecutionError, SimschedError
 
 CHUNK_COLUMNS = ["worker", "loop", "lo", "hi", "start", "end"]
-# Records wait as Python tuples (the cheapest thing to append) until this many are turned
-# into one float64 block: 48 bytes a chunk instead of about 200 as tuples.
+# How a kept chunk is stored: 40 bytes (the DataFrame widens worker and loop to int64).
+CHUNK_DTYPE = np.dtype([("worker", np.int32), ("loop", np.int32), ("lo", np.int64), ("hi", np.int64),
+                        ("start", np.float64), ("end", np.float64)])
+# Records wait as the fields of one flat Python list (the cheapest thing to extend) until
+# this many chunks are turned into one compact block.
 BLOCK = 1 << 16
-# Peak memory a kept chunk costs (the float64 blocks, then the DataFrame built from them),
-# measured as the growth of maxrss per chunk of `simsched run --chunks` (about 120 bytes).
-BYTES_PER_CHUNK = 128
+# Peak memory a kept chunk costs: its 40-byte record, then the 48-byte DataFrame built from the blocks.
+BYTES_PER_CHUNK = 88
 # The share of this machine's memory the chunk table may take.
 MEMORY_SHARE = 0.5
 NO_TABLE_HINT = "run without it: simsched run --no-chunk-table, or simulate(..., keep_chunks=False)"
@@ -121,7 +123,7 @@ class ChunkLog:
         self.coverage = Coverage(sizes)
         # The first ``program`` loops run one after another: their affinity is worked out as the chunks come.
         self.affinity = AffinityTracker(list(sizes)[:program]) if program > 1 else None
-        self.pending: list[tuple] = []
+        self.pending: list = []
         self.blocks: list[np.ndarray] = []
         self.count = 0
         self.limit = limit
@@ -130,19 +132,23 @@ class ChunkLog:
     def append(self, record: tuple) -> None:
         """Log one chunk (worker, loop, lo, hi, start, end)."""
         pending = self.pending
-        pending.append(record)
-        if len(pending) >= BLOCK:
+        pending += record
+        if len(pending) >= BLOCK * len(CHUNK_COLUMNS):
             self.flush()
 
     def flush(self) -> None:
-        """Turn the waiting records into a block, checking their coverage."""
+        """Turn the waiting records into a compact block, checking their coverage."""
         if not self.pending:
             return
-        block = np.array(self.pending, dtype=float).reshape(-1, len(CHUNK_COLUMNS))
+        fields = np.array(self.pending, dtype=object).reshape(-1, len(CHUNK_COLUMNS))
         self.pending.clear()
-        self.coverage.add(block[:, 1], block[:, 2], block[:, 3])
+        block = np.empty(len(fields), CHUNK_DTYPE)
+        for i, name in enumerate(CHUNK_COLUMNS):
+            block[name] = fields[:, i]
+        del fields
+        self.coverage.add(block["loop"], block["lo"], block["hi"])
         if self.affinity is not None:
-            self.affinity.add(block)
+            self.affinity.add(np.stack([block[name].astype(np.int64) for name in CHUNK_COLUMNS[:4]], axis=1))
         self.count += len(block)
         if self.keep:
             self.blocks.append(block)
@@ -155,7 +161,7 @@ class ChunkLog:
         self.coverage.check()
 
     def __len__(self) -> int:
-        return self.count + len(self.pending)
+        return self.count + len(self.pending) // len(CHUNK_COLUMNS)
 
     def table(self):
         """The chunk table as a DataFrame, in the order the chunks were logged (the blocks are then freed)."""
@@ -166,8 +172,8 @@ class ChunkLog:
                                 "or simsched run --no-chunk-table)")
         if self.frame is None:
             self.flush()
-            table = np.concatenate(self.blocks) if self.blocks else np.zeros((0, len(CHUNK_COLUMNS)))
+            table = np.concatenate(self.blocks) if self.blocks else np.zeros(0, CHUNK_DTYPE)
             self.blocks = []
-            self.frame = pd.DataFrame({name: table[:, i].astype(np.int64) if i < 4 else table[:, i]
+            self.frame = pd.DataFrame({name: table[name].astype(np.int64) if i < 4 else table[name]
                                        for i, name in enumerate(CHUNK_COLUMNS)})
         return self.frame

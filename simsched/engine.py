@@ -180,13 +180,17 @@ class Simulation:
 
     def wait(self, worker: int, state: str, when: float):
         """Advance ``worker`` to ``when``, accounting the time to ``state``."""
+        self.charge(worker, state, when)
+        return self.until(when)
+
+    def charge(self, worker: int, state: str, when: float) -> None:
+        """Account the time from now to ``when`` to ``worker``'s ``state`` (what ``wait`` does before its timeout)."""
         now = self.env.now
         if when > now:
             self.time[state][worker] += when - now
             self.last[worker] = ((state, now, when),)
             if self.segments is not None:
                 self.segments.append((worker, state, now, when))
-        return self.until(when)
 
     def run(self, scheduler) -> Result:
         """Simulate the program under ``scheduler`` and return its checked Result."""

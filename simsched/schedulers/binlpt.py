@@ -77,8 +77,7 @@ class BinLPT(FullBarriers):
     def share(self, sim, w, index):
         threads, counters = sim.threads, sim.counters
         for q in ((w + d) % threads for d in range(threads)):
-            t, taken = yield from claim_by_index(sim, w, index, self.index[q], self.queues[q])
-            yield sim.wait(w, "schedule", t)
+            taken = yield from claim_by_index(sim, w, index, self.index[q], self.queues[q])
             if q != w:
                 # Claims on another thread's queue are steals; the last one found it empty.
                 counters["steals"] += taken

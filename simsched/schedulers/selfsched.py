@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import math
 
+from simpy.core import NORMAL
+from simpy.events import Event
+
+from ..memory import fire_at
 from ..spec import Param
 from .base import STEALING_COUNTERS, block, default_grain
 from .static import BARRIER_PARAM, FullBarriers
@@ -45,8 +49,7 @@ class OmpDynamic(SelfScheduling):
         # Claiming chunk i by index is the same atomic as claiming iteration i*k.
         n = sim.loops[index].n
         chunks = FixedChunks(n, self.chunk(n, sim.threads))
-        t, _ = yield from claim_by_index(sim, w, index, self.next, chunks)
-        yield sim.wait(w, "schedule", t)
+        yield from claim_by_index(sim, w, index, self.next, chunks)
 
 
 class FixedChunks:
@@ -94,39 +97,61 @@ class OmpGuided(SelfScheduling):
 
 
 def claim_by_index(sim, w, index, line, ranges):
-    """Run ``ranges[i]`` for each i claimed by fetch-and-add on ``line``; return when the failing claim ends,
-    and how many chunks this worker claimed.
+    """Run ``ranges[i]`` for each i claimed by fetch-and-add on ``line`` until a claim finds none left;
+    return when that failing claim completes, with how many chunks this worker claimed.
 
-    Simulation.run_chunk inlined with local accumulators, since this runs once per chunk:
-    a claim's completion is folded into its chunk's timeout, one event per chunk.
+    A claim's completion is folded into its chunk's event, and between claims no other
+    worker can see this worker's state, so each chunk's event calls ``step`` directly while
+    the worker's process sleeps on ``done``: a chunk costs one scheduled event (in the order
+    the process's own timeouts would have had) and no process switch.
     """
-    prefix, slow, dispatch = sim.loops[index].prefix, sim.slowdown[w], sim.costs["chunk"]
-    data = sim.loops[index].data
-    fetch_add, env, log = sim.memory.fetch_add, sim.env, sim._chunks.append
+    env = sim.env
+    loop = sim.loops[index]
+    prefix, slow, dispatch, data, n = loop.prefix.item, sim.slowdown[w], sim.costs["chunk"], loop.data, loop.n
+    fetch_add, log, schedule = sim.memory.fetch_add, sim._chunks.append, env.schedule
     mark = None if sim.segments is None else sim.segments.append
-    timeout = env.timeout
+    # Fixed chunks are worked out rather than looked up: their table may be too long to build.
+    k = ranges.k if isinstance(ranges, FixedChunks) else 0
     count = len(ranges)
+    event, done = Event(env), Event(env)
+    event._ok, event._value = True, None
+    callbacks = []  # SimPy takes the list off the event before calling it, so one list serves every chunk
     chunks = 0
     scheduling = busy = 0.0
-    while True:
+
+    def step(_event=None):
+        nonlocal chunks, scheduling, busy
         now = env.now
-        i, t = fetch_add(line, w, 1)
+        i, t = fetch_add(line, w, 1, now)
         if i >= count:
-            break
-        lo, hi = ranges[i]
+            sim.counters["chunks"] += chunks
+            sim.time["schedule"][w] += scheduling
+            sim.time["compute"][w] += busy
+            sim.charge(w, "schedule", t)
+            fire_at(env, done, t)
+            return
+        if k:
+            lo = i * k
+            hi = lo + k
+            if hi > n:
+                hi = n
+        else:
+            lo, hi = ranges[i]
         start = t + dispatch
-        work = (prefix.item(hi) - prefix.item(lo)) * slow if data is None else sim.chunk_time(w, index, lo, hi, start)
+        work = (prefix(hi) - prefix(lo)) * slow if data is None else sim.chunk_time(w, index, lo, hi, start)
         log((w, index, lo, hi, start, start + work))
         if mark is not None and start > now:
             mark((w, "schedule", now, start))
         scheduling += start - now
         busy += work
         chunks += 1
-        yield timeout(start + work - now)
-    sim.counters["chunks"] += chunks
-    sim.time["schedule"][w] += scheduling
-    sim.time["compute"][w] += busy
-    return t, chunks
+        event.callbacks = callbacks
+        schedule(event, NORMAL, start + work - now)
+
+    callbacks.append(step)
+    step()
+    yield done
+    return chunks
 
 
 class IndexedChunks(SelfScheduling):
@@ -153,10 +178,9 @@ class IndexedChunks(SelfScheduling):
 
     def claim(self, sim, w, index):
         """Claim and run chunks of the table until a claim finds none left; each fetch-and-add is a claim."""
-        t, claimed = yield from claim_by_index(sim, w, index, self.next, self.ranges)
+        claimed = yield from claim_by_index(sim, w, index, self.next, self.ranges)
         sim.counters["claims"] += claimed + 1
         sim.counters["failed_claims"] += 1
-        yield sim.wait(w, "schedule", t)
 
     def bounds(self, n, threads, loop, rng):
         """The chunk boundaries 0 = b0 < b1 < ... = n for ``loop`` (n iterations) on ``threads`` workers.

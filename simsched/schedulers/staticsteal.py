@@ -73,10 +73,9 @@ class StaticSteal(FullBarriers):
     def share(self, sim, w, index):
         if not self.stealing:
             # Each fetch-and-add is a claim, the last (which finds none left) a failed one, as natively.
-            t, claimed = yield from claim_by_index(sim, w, index, self.next, self.table)
+            claimed = yield from claim_by_index(sim, w, index, self.next, self.table)
             sim.counters["claims"] += claimed + 1
             sim.counters["failed_claims"] += 1
-            yield sim.wait(w, "schedule", t)
             return
         mem, threads = sim.memory, sim.threads
         count, ub = initial_range(len(self.table), threads, w)

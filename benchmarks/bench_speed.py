@@ -1,12 +1,19 @@
-"""Simulator speed: our event rate next to bare SimPy's (same run), the 1M-iteration LBS loop, the E1 sweep.
+"""Simulator speed: each family's event and chunk rates next to bare SimPy's (same run), sweep wall times, peak memory.
 
-Run:  python benchmarks/bench_speed.py
+Run:  python benchmarks/bench_speed.py                 # rates, memory of a 10^7-chunk run, the E1 sweep
+      python benchmarks/bench_speed.py --sweeps e1,e2,e4   # also the E2 and E4 sweeps (many minutes)
 Prints each figure; nothing here is a pass/fail test (these machines are noisy).
+
+"Bare events per chunk" is what a simulated chunk costs in units of one event of SimPy
+itself (a process doing nothing but timeouts), measured alternately in the same run.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,11 +24,23 @@ from simsched.sweep import load_experiment, run_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# (label, machine, scheduler, workload, threads): one run per scheduler family.
+FAMILIES = [
+    ("self-scheduling", "xeon-e7-4860v2", "omp-dynamic:chunk=1", "uforall:n=100000", 48),
+    ("chunked stealing", "haswell-e5-2695v3", "stealing:chunk=1", "exp-inc:n=100000", 28),
+    ("iCh", "haswell-e5-2695v3", "ich", "exp-inc:n=100000", 28),
+    ("work stealing", "xeon-e7-4860v2", "cilk:grain=1", "uforall:n=20000", 48),
+    ("hybrid", "xeon-e7-4860v2", "hybrid", "uforall:n=20000", 48),
+    ("loop tasks", "cell-qs22", "lbs", "matmul:b=32", 16),
+]
+SWEEPS = {"e1": "e1-burden-xeon-e7.toml", "e2": "e2-lbs-cell.toml", "e4": "e4-ich-haswell.toml"}
+MEMORY_RUN = ("xeon-e7-4860v2", "omp-dynamic:chunk=1", "uforall:n=10000000", 48)
 
-def bare_simpy_rate(processes: int, events: int) -> tuple[float, int]:
+
+def bare_simpy_rate(processes: int, events: int) -> float:
     """Events per second of SimPy itself: ``processes`` processes doing nothing but timeouts."""
     env = simpy.Environment()
-    per = events // processes
+    per = max(1, events // processes)
 
     def proc():
         for _ in range(per):
@@ -31,57 +50,73 @@ def bare_simpy_rate(processes: int, events: int) -> tuple[float, int]:
         env.process(proc())
     start = time.perf_counter()
     env.run()
-    wall = time.perf_counter() - start
-    scheduled = next(env._eid)  # every scheduled event, as Result.events counts them
-    return scheduled / wall, scheduled
+    return next(env._eid) / (time.perf_counter() - start)  # every scheduled event, as Result.events counts them
 
 
-def simsched_rate(scheduler: str, workload: str, threads: int) -> tuple[float, int, float]:
-    start = time.perf_counter()
-    result = simsched.simulate("xeon-e7-4860v2", scheduler, workload, threads)
-    wall = time.perf_counter() - start
-    return result.events / wall, result.events, wall
-
-
-def best_interleaved(n, scheduler, workload, threads):
-    """Best of ``n`` runs of ours and of bare SimPy, alternating so that both see the same machine load."""
+def family_rates(machine, scheduler, workload, threads, repeats):
+    """Best of ``repeats`` alternating runs: (events/s, chunks/s, bare SimPy events/s, events, chunks)."""
     ours, bare = [], []
-    for _ in range(n):
-        ours.append(simsched_rate(scheduler, workload, threads))
-        bare.append(bare_simpy_rate(threads, ours[-1][1]))
-    return max(ours, key=lambda r: r[0]), max(bare, key=lambda r: r[0])
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = simsched.simulate(machine, scheduler, workload, threads, keep_chunks=False)
+        wall = time.perf_counter() - start
+        ours.append((result.events / wall, result.chunk_count / wall, result.events, result.chunk_count))
+        bare.append(bare_simpy_rate(threads, result.events))
+    events_rate, chunks_rate, events, chunks = max(ours)
+    return events_rate, chunks_rate, max(bare), events, chunks
+
+
+def peak_memory_mib(keep: bool) -> tuple[float, float, int]:
+    """Peak resident memory of a fresh process simulating MEMORY_RUN: (MiB, wall seconds, chunks)."""
+    code = ("import resource, sys, time, simsched\n"
+            "t = time.perf_counter()\n"
+            f"r = simsched.simulate(*{MEMORY_RUN!r}, keep_chunks={keep})\n"
+            "w = time.perf_counter() - t\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, w, r.chunk_count)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    return float(out[0]), float(out[1]), int(out[2])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5, help="best of this many runs per figure")
-    parser.add_argument("--jobs", type=int, default=2, help="processes for the E1 sweep")
+    parser.add_argument("--repeats", type=int, default=5, help="best of this many runs per rate")
+    parser.add_argument("--jobs", type=int, default=2, help="processes for the sweeps")
+    parser.add_argument("--sweeps", default="e1", help="comma-separated sweeps to time, of e1, e2, e4 (or none)")
+    parser.add_argument("--no-memory", action="store_true", help="skip the 10^7-chunk memory runs")
     args = parser.parse_args()
+    sweeps = [s for s in args.sweeps.split(",") if s and s != "none"]
+    unknown = [s for s in sweeps if s not in SWEEPS]
+    if unknown:
+        parser.error(f"unknown sweep {unknown[0]!r} (known: {', '.join(SWEEPS)})")
 
-    (ours, events, wall), (bare, bare_events) = best_interleaved(args.repeats, "omp-dynamic:chunk=1",
-                                                                 "uforall:n=100000", 48)
-    print(f"omp-dynamic chunk=1, 48 threads, 100,000 iterations: {events} events in {wall:.2f} s")
-    print(f"  simsched event rate   {ours:12,.0f} events/s")
-    print(f"  bare SimPy event rate {bare:12,.0f} events/s  ({bare_events} timeouts, 48 processes)")
-    print(f"  ratio                 {ours / bare:12.2f}   (target >= 0.33)")
-
-    (ours, events, wall), (bare, _) = best_interleaved(args.repeats, "cilk", "uniform:n=1000000", 48)
-    print(f"cilk, 48 threads, 1,000,000 uniform iterations: {events} events in {wall:.2f} s (target < 5 s)")
-    print(f"  simsched event rate   {ours:12,.0f} events/s")
-    print(f"  bare SimPy event rate {bare:12,.0f} events/s")
-    print(f"  ratio                 {ours / bare:12.2f}")
+    print(f"{'family':<18} {'scheduler':<22} {'P':>3} {'events':>8} {'chunks':>8} {'events/s':>10} "
+          f"{'chunks/s':>10} {'bare ev/s':>10} {'ev ratio':>8} {'bare ev/chunk':>13}")
+    for label, machine, scheduler, workload, threads in FAMILIES:
+        events_rate, chunks_rate, bare, events, chunks = family_rates(machine, scheduler, workload, threads,
+                                                                     args.repeats)
+        print(f"{label:<18} {scheduler:<22} {threads:>3} {events:>8} {chunks:>8} {events_rate:>10,.0f} "
+              f"{chunks_rate:>10,.0f} {bare:>10,.0f} {events_rate / bare:>8.2f} {bare / chunks_rate:>13.2f}")
+    print("  (self-scheduling target: <= 1.5 bare events per chunk, i.e. chunks/s >= 0.67 of bare events/s)")
 
     start = time.perf_counter()
     result = simsched.simulate("cell-qs22", "lbs", "uforall:n=1000000,cost_ns=1000", 16)
-    wall = time.perf_counter() - start
     print(f"lbs on cell-qs22, 16 SPEs, 1,000,000 iterations of 1 us: {result.events} events, "
-          f"{result.counters['splits']} splits, in {wall:.2f} s (target < 10 s)")
+          f"{result.counters['splits']} splits, in {time.perf_counter() - start:.2f} s (target < 10 s)")
 
-    experiment = load_experiment(ROOT / "experiments" / "e1-burden-xeon-e7.toml")
-    start = time.perf_counter()
-    frame = run_sweep(experiment, jobs=args.jobs, progress=False)
-    e1 = time.perf_counter() - start
-    print(f"E1 sweep: {len(frame)} runs on {args.jobs} processes in {e1:.1f} s (target < 120 s)")
+    if not args.no_memory:
+        for keep in (True, False):
+            mib, wall, chunks = peak_memory_mib(keep)
+            what = "keeping its chunk table" if keep else "keeping counters only (keep_chunks=False)"
+            print(f"{MEMORY_RUN[1]} on {MEMORY_RUN[3]} threads, {chunks:,} chunks, {what}: "
+                  f"peak {mib:,.0f} MiB in {wall:.0f} s (target < 1024 MiB)")
+
+    for name in sweeps:
+        experiment = load_experiment(ROOT / "experiments" / SWEEPS[name])
+        with tempfile.TemporaryDirectory() as out:
+            start = time.perf_counter()
+            frame = run_sweep(experiment, out=Path(out), jobs=args.jobs, progress=False)
+            wall = time.perf_counter() - start
+        print(f"{name.upper()} sweep ({SWEEPS[name]}): {len(frame)} runs on {args.jobs} processes in {wall:.1f} s")
 
 
 if __name__ == "__main__":

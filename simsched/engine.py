@@ -7,13 +7,15 @@ from typing import Sequence
 
 import numpy as np
 import simpy
+from simpy.core import NORMAL
+from simpy.events import Event
 
 from .chunks import ChunkLog, chunk_limit, too_many_chunks, verify_exactly_once
 from .errors import SimschedError
 from .locality import DataState
 from .loop import Loop, check_total
 from .machine import Machine, load_machine
-from .memory import Memory
+from .memory import Memory, fire_at
 from .result import SEGMENT_COLUMNS, Result
 
 __all__ = ["STATES", "Simulation", "simulate", "simulate_program", "verify_exactly_once"]
@@ -152,11 +154,17 @@ class Simulation:
 
     def record_chunk(self, worker: int, loop: int, lo: int, hi: int, start: float, since: float) -> float:
         """Record ``worker`` computing [lo, hi) from ``start``, scheduling since ``since``; return its end."""
-        work = self.chunk_time(worker, loop, lo, hi, start)
+        spec = self.loops[loop]
+        if spec.data is None:  # chunk_time's, inlined: this runs once per chunk
+            prefix = spec.prefix
+            work = (prefix.item(hi) - prefix.item(lo)) * self.slowdown[worker]
+        else:
+            work = self.chunk_time(worker, loop, lo, hi, start)
         end = start + work
         self._chunks.append((worker, loop, lo, hi, start, end))
-        self.time["schedule"][worker] += start - since
-        self.time["compute"][worker] += work
+        time = self.time
+        time["schedule"][worker] += start - since
+        time["compute"][worker] += work
         if self.segments is not None and start > since:
             self.segments.append((worker, "schedule", since, start))
         self.last[worker] = (("schedule", since, start), ("compute", start, end))
@@ -180,8 +188,16 @@ class Simulation:
 
     def wait(self, worker: int, state: str, when: float):
         """Advance ``worker`` to ``when``, accounting the time to ``state``."""
-        self.charge(worker, state, when)
-        return self.until(when)
+        # charge and until in one, since nearly every step of a worker ends here.
+        env = self.env
+        now = env.now
+        if when > now:
+            self.time[state][worker] += when - now
+            self.last[worker] = ((state, now, when),)
+            if self.segments is not None:
+                self.segments.append((worker, state, now, when))
+            return env.timeout(when - now)
+        return env.timeout(0)
 
     def charge(self, worker: int, state: str, when: float) -> None:
         """Account the time from now to ``when`` to ``worker``'s ``state`` (what ``wait`` does before its timeout)."""
@@ -191,6 +207,36 @@ class Simulation:
             self.last[worker] = ((state, now, when),)
             if self.segments is not None:
                 self.segments.append((worker, state, now, when))
+
+    def drive(self, steps):
+        """Run ``steps`` inside the calling process, each wait a callback on one reused event; return its value.
+
+        ``steps`` is a generator that yields the absolute times it waits until (having
+        accounted them) and finally returns ``(when, value)``: the caller resumes at ``when``.
+        Its waits are scheduled exactly as the process's own timeouts would be, in the same
+        order, but cost no timeout object and no process switch; they must be plain waits,
+        during which nothing else of this worker's can happen.
+        """
+        env = self.env
+        event, done = Event(env), Event(env)
+        event._ok, event._value = True, None
+        callbacks = []  # SimPy takes the list off the event before calling it, so one list serves every wait
+        advance, schedule = steps.__next__, env.schedule
+
+        def step(_event=None):
+            try:
+                when = advance()
+            except StopIteration as stop:
+                when, value = stop.value
+                fire_at(env, done, when, value)
+                return
+            delay = when - env.now
+            event.callbacks = callbacks
+            schedule(event, NORMAL, delay if delay > 0 else 0)
+
+        callbacks.append(step)
+        step()
+        return (yield done)
 
     def run(self, scheduler) -> Result:
         """Simulate the program under ``scheduler`` and return its checked Result."""

@@ -173,8 +173,29 @@ class Memory:
         return self.rmw(line, core, lambda v: v | bits, at)
 
     def exchange(self, line: Line, core: int, value: Any, at: float | None = None) -> tuple[Any, float]:
-        """Atomic exchange: (old value, completion time)."""
-        return self.rmw(line, core, lambda v: value, at)
+        """Atomic exchange: (old value, completion time).
+
+        The same as ``rmw(line, core, lambda v: value)``, inlined: lock acquisitions call it
+        once per chunk.
+        """
+        now = self.env.now if at is None else at
+        start = line.free_at if line.free_at > now else now
+        self.atomics += 1
+        holder = line.holder
+        if holder != core:
+            self.transfers += 1
+            start += self.transfer[holder][core]
+            line.holder = core
+            line.sharers = {core}
+        elif len(line.sharers) > 1:
+            line.sharers = {core}
+        done = start + self.atomic_ns
+        old = line.value
+        line.value = value
+        line.free_at = line.written_at = done
+        if line.spinners:
+            self._notify(line, core, done)
+        return old, done
 
     def cas(self, line: Line, core: int, expected: Any, new: Any) -> tuple[bool, Any, float]:
         """Compare-and-swap: (succeeded, value found, completion time); a failed CAS still owns the line."""

@@ -79,6 +79,10 @@ class Stealing(FullBarriers):
 
     # -- the algorithm --------------------------------------------------------------------------
     def share(self, sim, w, index):
+        yield from sim.drive(self.steps(sim, w, index))
+
+    def steps(self, sim, w, index):
+        """Worker ``w``'s chunks and steal attempts, as ``Simulation.drive`` runs them."""
         env, threads, rng = sim.env, sim.threads, sim.rng
         patience = threads - 1          # random failures before the closing sweep
         give_up = patience + threads - 1
@@ -93,12 +97,12 @@ class Stealing(FullBarriers):
                 if hi > lo:
                     chunks += 1
                     size = hi - lo
-                    yield env.timeout(sim.run_chunk(w, index, lo, hi, t) - env.now)
+                    yield sim.run_chunk(w, index, lo, hi, t)
                     continue
                 empty = True
             if threads == 1:
                 break
-            # One steal attempt, folded into the same timeout as the failed take before it, if any.
+            # One steal attempt, folded into the same wait as the failed take before it, if any.
             if failures < patience:
                 v = int(rng.integers(threads - 1))
                 v += v >= w
@@ -112,27 +116,31 @@ class Stealing(FullBarriers):
                 empty = False
             else:
                 failures += 1
-            yield sim.wait(w, "steal", t)
+            sim.charge(w, "steal", t)
+            yield t
             if failures == give_up:
                 break
-        yield sim.wait(w, "schedule", t)     # a lone worker's last look at its empty queue
+        sim.charge(w, "schedule", t)     # a lone worker's last look at its empty queue
         counters = sim.counters
         counters["chunks"] += chunks
         counters["steal_attempts"] += attempts
         counters["steals"] += steals
+        return t, None
 
     def take(self, sim, w, at):
         """Lock the own queue at ``at``, take a chunk off its front, unlock: (lo, hi, time)."""
         mem = sim.memory
         lock, queue = self.lock[w], self.queue[w]
-        _, t = mem.exchange(lock, w, 1, at=at)   # local and cheap unless a thief held the lock last
-        value, t = mem.read(queue, w, at=t)      # a transfer only if a thief wrote the bounds
+        _, t = mem.exchange(lock, w, 1, at)   # local and cheap unless a thief held the lock last
+        value, t = mem.read(queue, w, t)      # a transfer only if a thief wrote the bounds
         begin, end = value[0], value[1]
         hi = begin
         if begin < end:
-            hi = min(begin + self.chunk_size(w, end - begin), end)
-            t = mem.store(queue, w, (hi, end) + self.extra(w), at=t)
-        return begin, hi, mem.store(lock, w, 0, at=t)   # lo == hi: the queue was empty
+            hi = begin + self.chunk_size(w, end - begin)
+            if hi > end:
+                hi = end
+            t = mem.store(queue, w, (hi, end, *self.extra(w)), t)
+        return begin, hi, mem.store(lock, w, 0, t)   # lo == hi: the queue was empty
 
     def steal(self, sim, w, v, at):
         """One attempt at ``at`` on victim ``v``: (iterations stolen, time the thief is done)."""

@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import math
 
-from simpy.core import NORMAL
-from simpy.events import Event
-
-from ..memory import fire_at
 from ..spec import Param
 from .base import STEALING_COUNTERS, block, default_grain
 from .static import BARRIER_PARAM, FullBarriers
@@ -98,38 +94,27 @@ class OmpGuided(SelfScheduling):
 
 def claim_by_index(sim, w, index, line, ranges):
     """Run ``ranges[i]`` for each i claimed by fetch-and-add on ``line`` until a claim finds none left;
-    return when that failing claim completes, with how many chunks this worker claimed.
+    return when that failing claim completes, with how many chunks this worker claimed."""
+    return (yield from sim.drive(index_claims(sim, w, index, line, ranges)))
 
-    A claim's completion is folded into its chunk's event, and between claims no other
-    worker can see this worker's state, so each chunk's event calls ``step`` directly while
-    the worker's process sleeps on ``done``: a chunk costs one scheduled event (in the order
-    the process's own timeouts would have had) and no process switch.
-    """
+
+def index_claims(sim, w, index, line, ranges):
+    """The steps of ``claim_by_index``: a claim's completion is folded into its chunk's wait, one per chunk."""
     env = sim.env
     loop = sim.loops[index]
     prefix, slow, dispatch, data, n = loop.prefix.item, sim.slowdown[w], sim.costs["chunk"], loop.data, loop.n
-    fetch_add, log, schedule = sim.memory.fetch_add, sim._chunks.append, env.schedule
+    fetch_add, log = sim.memory.fetch_add, sim._chunks.append
     mark = None if sim.segments is None else sim.segments.append
     # Fixed chunks are worked out rather than looked up: their table may be too long to build.
     k = ranges.k if isinstance(ranges, FixedChunks) else 0
     count = len(ranges)
-    event, done = Event(env), Event(env)
-    event._ok, event._value = True, None
-    callbacks = []  # SimPy takes the list off the event before calling it, so one list serves every chunk
     chunks = 0
     scheduling = busy = 0.0
-
-    def step(_event=None):
-        nonlocal chunks, scheduling, busy
+    while True:
         now = env.now
         i, t = fetch_add(line, w, 1, now)
         if i >= count:
-            sim.counters["chunks"] += chunks
-            sim.time["schedule"][w] += scheduling
-            sim.time["compute"][w] += busy
-            sim.charge(w, "schedule", t)
-            fire_at(env, done, t)
-            return
+            break
         if k:
             lo = i * k
             hi = lo + k
@@ -145,13 +130,12 @@ def claim_by_index(sim, w, index, line, ranges):
         scheduling += start - now
         busy += work
         chunks += 1
-        event.callbacks = callbacks
-        schedule(event, NORMAL, start + work - now)
-
-    callbacks.append(step)
-    step()
-    yield done
-    return chunks
+        yield start + work
+    sim.counters["chunks"] += chunks
+    sim.time["schedule"][w] += scheduling
+    sim.time["compute"][w] += busy
+    sim.charge(w, "schedule", t)
+    return t, chunks
 
 
 class IndexedChunks(SelfScheduling):

@@ -199,6 +199,11 @@ class Simulation:
             return env.timeout(when - now)
         return env.timeout(0)
 
+    def charged(self, worker: int, state: str, when: float) -> float:
+        """``charge``, returning ``when``: what a step run by ``drive`` yields (or returns) instead of ``wait``."""
+        self.charge(worker, state, when)
+        return when
+
     def charge(self, worker: int, state: str, when: float) -> None:
         """Account the time from now to ``when`` to ``worker``'s ``state`` (what ``wait`` does before its timeout)."""
         now = self.env.now

@@ -138,6 +138,10 @@ class WeightedFactoring(SelfScheduling):
         return t
 
     def share(self, sim, w, index):
+        yield from sim.drive(self.steps(sim, w, index))
+
+    def steps(self, sim, w, index):
+        """Worker ``w``'s requests, claims and chunks, as ``Simulation.drive`` runs them."""
         n, mem, costs = sim.loops[index].n, sim.memory, sim.costs
         state = WorkerState(self.initial[w])
         t = sim.env.now
@@ -147,7 +151,7 @@ class WeightedFactoring(SelfScheduling):
             sim.counters["claims"] += 1
             while lo < n:
                 size, t = self.size(sim, w, state, lo, t)
-                yield sim.wait(w, "schedule", t)
+                yield sim.charged(w, "schedule", t)
                 hi = min(lo + size, n)
                 ok, found, t = mem.cas(self.next, w, lo, hi)
                 if ok:
@@ -155,13 +159,12 @@ class WeightedFactoring(SelfScheduling):
                 sim.counters["failed_claims"] += 1
                 lo = found
             if lo >= n:
-                yield sim.wait(w, "schedule", t)
-                return
+                return sim.charged(w, "schedule", t), None
             sim.counters["chunks"] += 1
             # The per-chunk dispatch, and the clock read that starts a timed chunk.
             start = t + costs["chunk"] + self.READS_AT_START * costs["timer"]
             end = sim.record_chunk(w, index, lo, hi, start, sim.env.now)
-            yield sim.until(end)
+            yield end
             state.size = hi - lo
             t = end
             if self.READS_AT_END:

@@ -72,6 +72,10 @@ class OmpGuided(SelfScheduling):
     PARAMS = {"chunk": OMP_CHUNK_PARAM, "barrier": BARRIER_PARAM}
 
     def share(self, sim, w, index):
+        yield from sim.drive(self.steps(sim, w, index))
+
+    def steps(self, sim, w, index):
+        """Worker ``w``'s claims and chunks, as ``Simulation.drive`` runs them."""
         n, threads, mem = sim.loops[index].n, sim.threads, sim.memory
         k = self.chunk(n, threads)
         while True:
@@ -79,17 +83,16 @@ class OmpGuided(SelfScheduling):
             # failed CAS returns the value it found, so the next try needs no extra read.
             lo, t = mem.read(self.next, w)
             while lo < n:
-                yield sim.wait(w, "schedule", t)
+                yield sim.charged(w, "schedule", t)
                 hi = min(lo + max(k, math.ceil((n - lo) / threads)), n)
                 ok, found, t = mem.cas(self.next, w, lo, hi)
                 if ok:
                     break
                 lo = found
             if lo >= n:
-                yield sim.wait(w, "schedule", t)
-                return
+                return sim.charged(w, "schedule", t), None
             sim.counters["chunks"] += 1
-            yield sim.until(sim.run_chunk(w, index, lo, hi, t))
+            yield sim.run_chunk(w, index, lo, hi, t)
 
 
 def claim_by_index(sim, w, index, line, ranges):

@@ -77,6 +77,10 @@ class StaticSteal(FullBarriers):
             sim.counters["claims"] += claimed + 1
             sim.counters["failed_claims"] += 1
             return
+        yield from sim.drive(self.steps(sim, w, index))
+
+    def steps(self, sim, w, index):
+        """Worker ``w``'s claims, steals and chunks, as ``Simulation.drive`` runs them."""
         mem, threads = sim.memory, sim.threads
         count, ub = initial_range(len(self.table), threads, w)
         # Claim the own buffer; a thief that got here first took the whole range.
@@ -86,7 +90,7 @@ class StaticSteal(FullBarriers):
             t = mem.store(self.flag[w], w, READY, at=t)
         else:
             t = mem.store(self.pair[w], w, (count, count), at=t)
-        yield sim.wait(w, "schedule", t)
+        yield sim.charged(w, "schedule", t)
         while True:
             chunk, t = self.claim_own(sim, w)
             if chunk is None:
@@ -96,13 +100,13 @@ class StaticSteal(FullBarriers):
                 break
             lo, hi = self.table[chunk]
             sim.counters["chunks"] += 1
-            yield sim.until(sim.run_chunk(w, index, lo, hi, t))
+            yield sim.run_chunk(w, index, lo, hi, t)
         # The last thread to finish marks every buffer unused for the next loop.
         finished, t = mem.fetch_add(self.done, w, 1)
         if finished == threads - 1:
             for v in range(threads):
                 t = mem.store(self.flag[v], w, UNUSED, at=t)
-        yield sim.wait(w, "schedule", t)
+        return sim.charged(w, "schedule", t), None
 
     def claim_own(self, sim, w: int):
         """The owner's next chunk index (None when its range is empty) and when: one atomic increment of its count,
@@ -135,24 +139,24 @@ class StaticSteal(FullBarriers):
             if victim == w or state == THIEF:
                 continue
             if state == UNUSED:
-                yield sim.wait(w, "steal", t)
+                yield sim.charged(w, "steal", t)
                 ok, _, t = mem.cas(self.flag[victim], w, UNUSED, THIEF)
                 if ok:
                     count, ub = initial_range(len(self.table), threads, victim)
                     return (yield from self.took(sim, w, victim, (victim + 1) % threads, count, ub, t))
             while True:
-                yield sim.wait(w, "steal", t)
+                yield sim.charged(w, "steal", t)
                 (count, ub), t = mem.read(self.pair[victim], w)
                 state, t = mem.read(self.flag[victim], w, at=t)
                 if state != READY or count >= ub:
                     self.victim[w] = (victim + 1) % threads
                     break
                 cut = ub - stolen(count, ub)
-                yield sim.wait(w, "steal", t)
+                yield sim.charged(w, "steal", t)
                 ok, _, t = mem.cas(self.pair[victim], w, (count, ub), (count, cut))
                 if ok:
                     return (yield from self.took(sim, w, victim, victim, cut, ub, t))
-        yield sim.wait(w, "steal", t)
+        yield sim.charged(w, "steal", t)
         return None
 
     def took(self, sim, w: int, victim: int, next_victim: int, init: int, ub: int, t: float):
@@ -163,7 +167,7 @@ class StaticSteal(FullBarriers):
         t = mem.store(self.pair[w], w, (init + 1, ub), at=t)
         if init + 1 < ub:
             t = mem.store(self.flag[w], w, READY, at=t)
-        yield sim.wait(w, "steal", t)
+        yield sim.charged(w, "steal", t)
         return init
 
 

@@ -1,0 +1,73 @@
+"""Simulation.drive: a worker's plain waits as callbacks, indistinguishable from the process's own timeouts."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simsched import Simulation, load_machine
+from simsched.chunks import CHUNK_DTYPE, ChunkLog
+
+
+def run(waits: list[list[float]], driven: bool):
+    """Each worker waits until each of its absolute times in turn, logging (time, worker, step) as it wakes.
+
+    Workers given ``driven`` run their waits through ``Simulation.drive``; the others yield
+    ``Simulation.wait`` timeouts. Returns the log, each worker's end time and the event count.
+    """
+    sim = Simulation(load_machine("xeon-e7-4860v2"), len(waits))
+    log, ends = [], {}
+
+    def steps(w):
+        for k, when in enumerate(waits[w][:-1]):
+            yield sim.charged(w, "schedule", when)
+            log.append((sim.env.now, w, k))
+        return sim.charged(w, "schedule", waits[w][-1]), f"done {w}"
+
+    def process(w):
+        if driven:
+            value = yield from sim.drive(steps(w))
+        else:
+            for k, when in enumerate(waits[w][:-1]):
+                yield sim.wait(w, "schedule", when)
+                log.append((sim.env.now, w, k))
+            yield sim.wait(w, "schedule", waits[w][-1])
+            value = f"done {w}"
+        ends[w] = (sim.env.now, value)
+        log.append((sim.env.now, w, "end"))
+
+    for w in range(len(waits)):
+        sim.env.process(process(w))
+    sim.env.run()
+    return log, ends, next(sim.env._eid), [sim.time["schedule"][w] for w in range(len(waits))]
+
+
+def test_two_workers_interleave_as_their_timeouts_would():
+    # Worker 0 waits until 5, then 5 again (a zero wait), then 9; worker 1 until 5, then 7.
+    # At t=5 the events run in the order they were scheduled: worker 0's first (it started first).
+    waits = [[5.0, 5.0, 9.0], [5.0, 7.0]]
+    log, ends, events, schedule = run(waits, driven=True)
+    assert log == [(5.0, 0, 0), (5.0, 1, 0), (5.0, 0, 1), (7.0, 1, "end"), (9.0, 0, "end")]
+    assert ends == {0: (9.0, "done 0"), 1: (7.0, "done 1")}
+    assert schedule == [9.0, 7.0]
+    assert (log, ends, events, schedule) == run(waits, driven=False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 6), min_size=1, max_size=6), min_size=1, max_size=4))
+def test_drive_matches_the_process_step_for_step(gaps):
+    # Absolute times that never go back, many of them equal: ties are where an order could differ.
+    waits = [[float(sum(g[:k + 1])) for k in range(len(g))] for g in gaps]
+    assert run(waits, driven=True) == run(waits, driven=False)
+
+
+def test_a_kept_chunk_is_a_40_byte_record_and_the_table_keeps_its_types():
+    assert CHUNK_DTYPE.itemsize == 40
+    log = ChunkLog([4, 3], keep=True)
+    for record in [(0, 0, 0, 2, 1.5, 3.0), (1, 1, 0, 3, 2.0, 9.25), (2, 0, 2, 4, 1.0, 2.0)]:
+        log.append(record)
+    log.finish()
+    table = log.table()
+    assert [str(t) for t in table.dtypes] == ["int64"] * 4 + ["float64"] * 2
+    assert table.to_numpy().tolist() == [[0, 0, 0, 2, 1.5, 3.0], [1, 1, 0, 3, 2.0, 9.25], [2, 0, 2, 4, 1.0, 2.0]]
+    assert len(log) == 3

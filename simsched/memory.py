@@ -124,60 +124,8 @@ class Memory:
         return start + self.store_ns
 
     # -- atomic read-modify-writes ----------------------------------------------------
-    def rmw(self, line: Line, core: int, update: Callable[[Any], Any],
-            at: float | None = None) -> tuple[Any, float]:
-        """Atomically replace the value v by ``update(v)``: (old value, completion time)."""
-        now = self.env.now if at is None else at
-        start = line.free_at if line.free_at > now else now
-        self.atomics += 1
-        if line.holder != core:
-            self.transfers += 1
-            start += self.transfer[line.holder][core]
-        done = start + self.atomic_ns
-        old = line.value
-        line.value = update(old)
-        line.holder = core
-        line.sharers = {core}
-        line.free_at = line.written_at = done
-        if line.spinners:
-            self._notify(line, core, done)
-        return old, done
-
-    def fetch_add(self, line: Line, core: int, amount: int = 1, at: float | None = None) -> tuple[Any, float]:
-        """Atomic fetch-and-add: (old value, completion time).
-
-        The same as ``rmw(line, core, lambda v: v + amount)``, inlined: self-scheduling
-        claims call it once per chunk.
-        """
-        now = self.env.now if at is None else at
-        start = line.free_at if line.free_at > now else now
-        self.atomics += 1
-        holder = line.holder
-        if holder != core:
-            self.transfers += 1
-            start += self.transfer[holder][core]
-            line.holder = core
-            line.sharers = {core}
-        elif len(line.sharers) > 1:
-            line.sharers = {core}
-        done = start + self.atomic_ns
-        old = line.value
-        line.value = old + amount
-        line.free_at = line.written_at = done
-        if line.spinners:
-            self._notify(line, core, done)
-        return old, done
-
-    def fetch_or(self, line: Line, core: int, bits: int, at: float | None = None) -> tuple[Any, float]:
-        """Atomic fetch-and-or: (old value, completion time)."""
-        return self.rmw(line, core, lambda v: v | bits, at)
-
     def exchange(self, line: Line, core: int, value: Any, at: float | None = None) -> tuple[Any, float]:
-        """Atomic exchange: (old value, completion time).
-
-        The same as ``rmw(line, core, lambda v: value)``, inlined: lock acquisitions call it
-        once per chunk.
-        """
+        """Atomic exchange: (old value, completion time). Every read-modify-write below is one of these."""
         now = self.env.now if at is None else at
         start = line.free_at if line.free_at > now else now
         self.atomics += 1
@@ -197,12 +145,28 @@ class Memory:
             self._notify(line, core, done)
         return old, done
 
+    def rmw(self, line: Line, core: int, update: Callable[[Any], Any],
+            at: float | None = None) -> tuple[Any, float]:
+        """Atomically replace the value v by ``update(v)``: (old value, completion time)."""
+        # Nothing else runs between reading the value and the exchange: the two are one atomic.
+        return self.exchange(line, core, update(line.value), at)
+
+    def fetch_add(self, line: Line, core: int, amount: int = 1, at: float | None = None) -> tuple[Any, float]:
+        """Atomic fetch-and-add: (old value, completion time)."""
+        return self.exchange(line, core, line.value + amount, at)
+
+    def fetch_or(self, line: Line, core: int, bits: int, at: float | None = None) -> tuple[Any, float]:
+        """Atomic fetch-and-or: (old value, completion time)."""
+        return self.exchange(line, core, line.value | bits, at)
+
     def cas(self, line: Line, core: int, expected: Any, new: Any) -> tuple[bool, Any, float]:
         """Compare-and-swap: (succeeded, value found, completion time); a failed CAS still owns the line."""
-        old, done = self.rmw(line, core, lambda v: new if v == expected else v)
-        if old != expected:
+        found = line.value
+        succeeded = found == expected
+        old, done = self.exchange(line, core, new if succeeded else found)
+        if not succeeded:
             self.cas_failures += 1
-        return old == expected, old, done
+        return succeeded, old, done
 
     # -- spinning ---------------------------------------------------------------------
     def spin_until(self, line: Line, core: int, ready: Callable[[Any], bool]) -> Event:

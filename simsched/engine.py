@@ -188,16 +188,8 @@ class Simulation:
 
     def wait(self, worker: int, state: str, when: float):
         """Advance ``worker`` to ``when``, accounting the time to ``state``."""
-        # charge and until in one, since nearly every step of a worker ends here.
-        env = self.env
-        now = env.now
-        if when > now:
-            self.time[state][worker] += when - now
-            self.last[worker] = ((state, now, when),)
-            if self.segments is not None:
-                self.segments.append((worker, state, now, when))
-            return env.timeout(when - now)
-        return env.timeout(0)
+        self.charge(worker, state, when)
+        return self.until(when)
 
     def charged(self, worker: int, state: str, when: float) -> float:
         """``charge``, returning ``when``: what a step run by ``drive`` yields (or returns) instead of ``wait``."""

@@ -116,16 +116,14 @@ class Stealing(FullBarriers):
                 empty = False
             else:
                 failures += 1
-            sim.charge(w, "steal", t)
-            yield t
+            yield sim.charged(w, "steal", t)
             if failures == give_up:
                 break
-        sim.charge(w, "schedule", t)     # a lone worker's last look at its empty queue
         counters = sim.counters
         counters["chunks"] += chunks
         counters["steal_attempts"] += attempts
         counters["steals"] += steals
-        return t, None
+        return sim.charged(w, "schedule", t), None     # a lone worker's last look at its empty queue
 
     def take(self, sim, w, at):
         """Lock the own queue at ``at``, take a chunk off its front, unlock: (lo, hi, time)."""

@@ -84,6 +84,8 @@ def main() -> None:
     parser.add_argument("--sweeps", default="e1", help="comma-separated sweeps to time, of e1, e2, e4 (or none)")
     parser.add_argument("--no-memory", action="store_true", help="skip the 10^7-chunk memory runs")
     args = parser.parse_args()
+    if args.repeats < 1 or args.jobs < 1:
+        parser.error("--repeats and --jobs must be >= 1")
     sweeps = [s for s in args.sweeps.split(",") if s and s != "none"]
     unknown = [s for s in sweeps if s not in SWEEPS]
     if unknown:

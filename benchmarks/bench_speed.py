@@ -68,7 +68,7 @@ def family_rates(machine, scheduler, workload, threads, repeats):
 
 def peak_memory_mib(keep: bool) -> tuple[float, float, int]:
     """Peak resident memory of a fresh process simulating MEMORY_RUN: (MiB, wall seconds, chunks)."""
-    code = ("import resource, sys, time, simsched\n"
+    code = ("import resource, time, simsched\n"
             "t = time.perf_counter()\n"
             f"r = simsched.simulate(*{MEMORY_RUN!r}, keep_chunks={keep})\n"
             "w = time.perf_counter() - t\n"

@@ -154,17 +154,11 @@ class Simulation:
 
     def record_chunk(self, worker: int, loop: int, lo: int, hi: int, start: float, since: float) -> float:
         """Record ``worker`` computing [lo, hi) from ``start``, scheduling since ``since``; return its end."""
-        spec = self.loops[loop]
-        if spec.data is None:  # chunk_time's, inlined: this runs once per chunk
-            prefix = spec.prefix
-            work = (prefix.item(hi) - prefix.item(lo)) * self.slowdown[worker]
-        else:
-            work = self.chunk_time(worker, loop, lo, hi, start)
+        work = self.chunk_time(worker, loop, lo, hi, start)
         end = start + work
         self._chunks.append((worker, loop, lo, hi, start, end))
-        time = self.time
-        time["schedule"][worker] += start - since
-        time["compute"][worker] += work
+        self.time["schedule"][worker] += start - since
+        self.time["compute"][worker] += work
         if self.segments is not None and start > since:
             self.segments.append((worker, "schedule", since, start))
         self.last[worker] = (("schedule", since, start), ("compute", start, end))
@@ -188,22 +182,20 @@ class Simulation:
 
     def wait(self, worker: int, state: str, when: float):
         """Advance ``worker`` to ``when``, accounting the time to ``state``."""
-        self.charge(worker, state, when)
-        return self.until(when)
+        return self.until(self.charged(worker, state, when))
 
     def charged(self, worker: int, state: str, when: float) -> float:
-        """``charge``, returning ``when``: what a step run by ``drive`` yields (or returns) instead of ``wait``."""
-        self.charge(worker, state, when)
-        return when
+        """Account the time from now to ``when`` to ``worker``'s ``state`` and return ``when``.
 
-    def charge(self, worker: int, state: str, when: float) -> None:
-        """Account the time from now to ``when`` to ``worker``'s ``state`` (what ``wait`` does before its timeout)."""
+        It is ``wait`` without the timeout: what a step run by ``drive`` yields (or returns).
+        """
         now = self.env.now
         if when > now:
             self.time[state][worker] += when - now
             self.last[worker] = ((state, now, when),)
             if self.segments is not None:
                 self.segments.append((worker, state, now, when))
+        return when
 
     def drive(self, steps):
         """Run ``steps`` inside the calling process, each wait a callback on one reused event; return its value.

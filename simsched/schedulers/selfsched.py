@@ -108,7 +108,7 @@ def index_claims(sim, w, index, line, ranges):
     prefix, slow, dispatch, data, n = loop.prefix.item, sim.slowdown[w], sim.costs["chunk"], loop.data, loop.n
     fetch_add, log = sim.memory.fetch_add, sim._chunks.append
     mark = None if sim.segments is None else sim.segments.append
-    # Fixed chunks are worked out rather than looked up: their table may be too long to build.
+    # A fixed chunk's bounds are worked out here as FixedChunks[i] would, saving a call per chunk.
     k = ranges.k if isinstance(ranges, FixedChunks) else 0
     count = len(ranges)
     chunks = 0
@@ -137,8 +137,7 @@ def index_claims(sim, w, index, line, ranges):
     sim.counters["chunks"] += chunks
     sim.time["schedule"][w] += scheduling
     sim.time["compute"][w] += busy
-    sim.charge(w, "schedule", t)
-    return t, chunks
+    return sim.charged(w, "schedule", t), chunks
 
 
 class IndexedChunks(SelfScheduling):

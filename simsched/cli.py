@@ -81,6 +81,26 @@ def build_parser() -> argparse.ArgumentParser:
                                                                      "file(s) written by --trace")
     plot.add_argument("--out", help="image file (default: speedup.png beside the results; for --timeline, "
                                     "the first trace's name with .png)")
+    report = sub.add_parser("report", help="every published figure next to the model's, with a verdict, as "
+                                           "Markdown (docs/fidelity.md) from the experiments' results")
+    report.add_argument("--results", default="results",
+                        help="folder holding one sweep folder per experiment, named as the experiment "
+                             "(default: results)")
+    report.add_argument("--sensitivity", metavar="DIR",
+                        help="also summarize the sensitivity runs in DIR/<experiment> (simsched sensitivity)")
+    report.add_argument("--out", default="docs/fidelity.md", help="Markdown file (default docs/fidelity.md)")
+
+    sens = sub.add_parser("sensitivity", help="run an experiment again with each machine parameter scaled, one "
+                                              "at a time, and show how each published figure moves")
+    sens.add_argument("config", help="experiment TOML file (one with published figures, e.g. experiments/e1-*.toml)")
+    sens.add_argument("--vary", action="append", metavar="SECTION.KEY=F1,F2",
+                      help="a machine parameter and the factors to scale it by (repeatable; default: every number "
+                           "of the machine's cost sections, by 0.8 and 1.25)")
+    sens.add_argument("--out", help="output folder (default: results/sensitivity/<experiment name>)")
+    sens.add_argument("--jobs", type=_integer, help="local worker processes (default: all cores)")
+    sens.add_argument("--seeds", type=_integer, help="run only the grid's first N seeds")
+    sens.add_argument("--quiet", action="store_true", help="no progress bars")
+
     advise = sub.add_parser("advise", help="the best scheduler for each loop of a program, each loop simulated "
                                            "alone, and the program's time with per-loop selection")
     advise.add_argument("program", help="workload spec, or several separated by ';': their loops are the program")
@@ -665,8 +685,51 @@ def _plot_timeline(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from .analysis.fidelity import AGREES, DISAGREES, NO_RESULTS, all_checks, verdict_counts, write_report
+    from .output import check_output
+
+    out = check_output(args.out, "--out")
+    path = write_report(args.results, out, args.sensitivity)
+    counts = verdict_counts([c for _, _, checks in all_checks(Path(args.results)) for c in checks])
+    print(f"{path}: {counts[AGREES]} figures agree, {counts[DISAGREES]} disagree, {counts[NO_RESULTS]} "
+          "have no results")
+    return 0
+
+
+def cmd_sensitivity(args) -> int:
+    from .analysis.sensitivity import (default_varies, format_sensitivity, parse_vary, plot_tornado,
+                                       run_sensitivity)
+    from .errors import Interrupted
+    from .machine import load_machine
+    from .sweep import load_experiment
+
+    if args.jobs is not None and args.jobs < 1:
+        raise SimschedError(f"--jobs must be >= 1, got {args.jobs}")
+    experiment = load_experiment(args.config)
+    if args.vary:
+        varies = [parse_vary(text) for text in args.vary]
+    else:
+        varies = default_varies(load_machine(str(experiment.points[0]["machine"])))
+    out = Path(args.out) if args.out else Path("results") / "sensitivity" / experiment.name
+    try:
+        table = run_sensitivity(experiment, varies, out, jobs=args.jobs,
+                                progress=not args.quiet and sys.stderr.isatty(), skip_refused=not args.vary,
+                                seeds=args.seeds)
+    except Interrupted as stop:
+        print(f"simsched: interrupted: the finished runs are saved in {out}; run the same command again to "
+              "compute the rest", file=sys.stderr)
+        return 128 + stop.signum
+    print()
+    print(format_sensitivity(table))
+    print(f"\n{out / 'sensitivity.csv'}")
+    print(plot_tornado(table, out / "tornado.png"))
+    return 0
+
+
 COMMANDS = {"run": cmd_run, "machines": cmd_machines, "sweep": cmd_sweep, "fit": cmd_fit, "rank": cmd_rank,
-            "breakdown": cmd_breakdown, "plot": cmd_plot, "advise": cmd_advise, "native": cmd_native}
+            "breakdown": cmd_breakdown, "plot": cmd_plot, "advise": cmd_advise, "native": cmd_native,
+            "report": cmd_report, "sensitivity": cmd_sensitivity}
 
 
 if __name__ == "__main__":

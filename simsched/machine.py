@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import heapq
 import itertools
+import json
 import math
 import tomllib
 from dataclasses import dataclass, field
@@ -229,7 +230,8 @@ class Machine:
         data.pop("_source", None)
         if "name" not in changes:
             # A variant must not pass for the machine it came from in result tables.
-            data["name"] = f"{self.name}[" + ",".join(f"{k.replace('__', '.')}={v}" for k, v in changes.items()) + "]"
+            data["name"] = f"{self.name}[" + ",".join(f"{k.replace('__', '.')}={format_setting(v)}"
+                                                      for k, v in changes.items()) + "]"
         for dotted, value in changes.items():
             *tables, key = dotted.replace("__", ".").split(".")
             table = data
@@ -521,12 +523,64 @@ def uniform_machine(spec: str) -> Machine:
     return Machine.from_dict(data, source=f"{UNIFORM}.toml")
 
 
+def parse_settings(text: str, source: str) -> dict[str, Any]:
+    """``section.key=value,...`` as a dict of TOML values, refusing anything else with one line."""
+    changes: dict[str, Any] = {}
+    for item in text.split(","):
+        key, sep, value = (part.strip() for part in item.partition("="))
+        if not sep or not key or not value:
+            raise SimschedError(f"{source}: expected section.key=value, got {item.strip()!r}")
+        if "." not in key:
+            raise SimschedError(f"{source}: {key!r} names no section: write section.key, e.g. latency_ns.{key}")
+        if key in changes:
+            raise SimschedError(f"{source}: {key} is set twice")
+        try:
+            changes[key] = tomllib.loads(f"v = {value}")["v"]
+        except tomllib.TOMLDecodeError:
+            raise SimschedError(f"{source}: {key}={value} is not a TOML value (a number, true/false or "
+                                f"a quoted string)") from None
+    return changes
+
+
+def format_setting(value: Any) -> str:
+    """A value as TOML writes it, so that a variant's name reads back as the same variant."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    return str(value)
+
+
+def _check_settings_exist(machine: Machine, changes: dict[str, Any], source: str) -> None:
+    """Refuse a key the machine neither has nor could have: a misspelt key must not add a new value."""
+    for dotted in changes:
+        *tables, key = dotted.split(".")
+        if len(tables) == 1 and key in SCHEMA.get(tables[0], {}):
+            continue  # an optional key the file leaves out, e.g. coherence.serve_ns
+        table: Any = machine.data
+        for name in tables:
+            table = table.get(name) if isinstance(table, dict) else None
+        if not isinstance(table, dict) or key not in table:
+            known = ", ".join(sorted(k for k, v in machine.data.items() if isinstance(v, dict)))
+            raise SimschedError(f"{source}: machine {machine.name} has no {dotted} (its sections: {known})")
+
+
 def load_machine(name_or_path: str | Path | Machine) -> Machine:
-    """Load a built-in machine by name, a machine file by path, or ``uniform:cores=N,latency_ns=L``."""
+    """Load a built-in machine by name, a machine file by path, or ``uniform:cores=N,latency_ns=L``.
+
+    Any of these followed by ``[section.key=value,...]`` is that machine with those values
+    changed (see :meth:`Machine.replace`), e.g. ``xeon-e7-4860v2[latency_ns.socket_hop=75]``.
+    """
     if isinstance(name_or_path, Machine):
         return name_or_path
     text = str(name_or_path)
     path = Path(text)
+    if text.endswith("]") and "[" in text and not path.exists():
+        base, _, settings = text[:-1].partition("[")
+        machine = load_machine(base)
+        changes = parse_settings(settings, f"machine {text}")
+        _check_settings_exist(machine, changes, f"machine {text}")
+        return machine.replace(**changes)
     if text.startswith(f"{UNIFORM}:") and not path.exists():
         return uniform_machine(text)
     if text.endswith(".toml") or path.exists():

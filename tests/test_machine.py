@@ -307,3 +307,36 @@ def test_machines_command_prints_the_hierarchy():
     at = cell.index("  memory hierarchy:")
     assert cell[at + 1].strip() == "dram: 8 GiB per socket, 128 B lines, 200 ns, remote 350 ns, 20 GB/s per core, " \
                                    "21 GB/s per node"
+
+
+def test_a_machine_spec_with_settings_is_that_machine_changed():
+    base = load_machine("xeon-e7-4860v2")
+    variant = load_machine("xeon-e7-4860v2[latency_ns.socket_hop=75.0,coherence.protocol='directory']")
+    assert variant.data["latency_ns"]["socket_hop"] == 75.0 and variant.coherence == "directory"
+    # Only the cross-socket pairs move, by the 15 ns added to one hop.
+    assert variant.latency[0, 1] == base.latency[0, 1]
+    assert variant.latency[0, 12] == base.latency[0, 12] + 15
+    # Its name is a spec that loads the same variant again, so result tables can be re-run.
+    assert variant.name == 'xeon-e7-4860v2[latency_ns.socket_hop=75.0,coherence.protocol="directory"]'
+    assert np.array_equal(load_machine(variant.name).latency, variant.latency)
+    # An optional key the file leaves out may be set.
+    assert load_machine("cell-qs22[coherence.serve_ns=7]").serve_ns == 7
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("xeon-e7-4860v2[latency_ns.sockethop=1]", "machine xeon-e7-4860v2 has no latency_ns.sockethop"),
+    ("xeon-e7-4860v2[cache.l9.size_kib=1]", "machine xeon-e7-4860v2 has no cache.l9.size_kib"),
+    ("xeon-e7-4860v2[socket_hop=1]", "'socket_hop' names no section"),
+    ("xeon-e7-4860v2[latency_ns.socket_hop=fast]", "latency_ns.socket_hop=fast is not a TOML value"),
+    ("xeon-e7-4860v2[latency_ns.socket_hop=1,latency_ns.socket_hop=2]", "latency_ns.socket_hop is set twice"),
+    ("xeon-e7-4860v2[latency_ns.socket_hop=-1]", "latency_ns.socket_hop must be >= 0, got -1"),
+    ("xeon-e7-4860v2[]", "expected section.key=value, got ''"),
+    ("no-such-machine[latency_ns.socket_hop=1]", "unknown machine 'no-such-machine'"),
+])
+def test_a_bad_machine_setting_is_one_line(spec, message, capsys):
+    from simsched.cli import main
+
+    assert main(["run", "--machine", spec, "--scheduler", "omp-static", "--workload", "uniform:n=8",
+                 "--threads", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and message in err

@@ -1,0 +1,176 @@
+"""The fidelity report: verdict rules, each experiment's checks on known tables, and the generated report."""
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from simsched.analysis import fidelity
+from simsched.analysis.fidelity import (AGREES, DISAGREES, NO_RESULTS, bounded, claim, close_to, e1_checks,
+                                        e2_checks, e4_checks, within_factor)
+from simsched.cli import main
+
+DATA = Path(__file__).parent / "data" / "fidelity"
+
+
+def by_figure(checks):
+    return {c.figure: c for c in checks}
+
+
+def test_value_rule_is_relative_error_within_a_quarter():
+    assert close_to("E", "f", 10.0, 12.5).verdict == AGREES
+    check = close_to("E", "f", 10.0, 12.6)
+    assert (check.verdict, round(check.error, 6), check.ours) == (DISAGREES, 0.26, "12.6")
+    assert close_to("E", "f", 10.0, 7.5).verdict == AGREES
+    assert close_to("E", "f", 10.0, None).verdict == NO_RESULTS
+    assert close_to("E", "f", 10.0, float("nan")).verdict == NO_RESULTS
+
+
+def test_factor_bound_and_claim_rules():
+    assert within_factor("E", "f", 16, 8, 2).verdict == AGREES
+    assert within_factor("E", "f", 16, 7.9, 2).verdict == DISAGREES
+    assert within_factor("E", "f", 16, 32, 2).verdict == AGREES
+    assert within_factor("E", "f", 16, 33, 2).verdict == DISAGREES
+    assert bounded("E", "f", "over 200", 200, low=200).verdict == AGREES
+    assert bounded("E", "f", "over 200", 199, low=200).verdict == DISAGREES
+    assert bounded("E", "f", "at most 3%", 0.031, high=0.03).verdict == DISAGREES
+    assert bounded("E", "f", "x", None, high=1).verdict == NO_RESULTS
+    assert claim("E", "f", "a < b", "a < b", True).verdict == AGREES
+    assert claim("E", "f", "a < b", "b < a", False).verdict == DISAGREES
+    assert claim("E", "f", "a < b", None, None).verdict == NO_RESULTS
+
+
+def amdahl_results(burdens_us: dict[str, float], threads: int = 48) -> pd.DataFrame:
+    """Speedup curves that are exactly Amdahl's with the given burdens, on a fine log grid of loop durations."""
+    t_us = np.logspace(-1, 5, 400)
+    rows = [{"machine": "m", "scheduler": s, "threads": threads, "workload": f"uforall:n=480,total_us={t}",
+             "seed": 0, "repeat": 1, "sequential_ns": t * 1e3, "speedup": t / (d + t / threads), "error": ""}
+            for s, d in burdens_us.items() for t in t_us]
+    return pd.DataFrame(rows)
+
+
+def test_e1_checks_on_pure_amdahl_curves_with_the_published_burdens():
+    checks = by_figure(e1_checks(amdahl_results(fidelity.E1_PUBLISHED_D_US)))
+    for scheduler, d in fidelity.E1_PUBLISHED_D_US.items():
+        check = checks[f"burden d of {scheduler} (us)"]
+        assert check.verdict == AGREES and abs(check.error) < 1e-6
+    assert checks["order of the six burdens"].verdict == AGREES
+    assert checks["cilk's d over fg-tree's"].value == pytest.approx(68.80 / 5.67)
+    # A constant burden of 5.67 us reaches S = 24 (half of 48) only at T = 48 d = 272 us, not at 22 us:
+    # the published curve's shape is not a pure Amdahl curve, and the check says so.
+    s24 = checks["fg-tree: loop with S = 24"]
+    assert s24.value == pytest.approx(48 * 5.67, rel=0.01) and s24.verdict == DISAGREES
+    # S = 1 needs T = d / (1 - 1/48): 5.79 us for fg-tree, more than twice the published 1.5 us.
+    first = checks["fg-tree: shortest loop with a speedup (S >= 1)"]
+    assert first.value == pytest.approx(5.67 / (1 - 1 / 48), rel=0.01) and first.verdict == DISAGREES
+    assert checks["highest speedup of any scheduler"].verdict == AGREES
+
+
+def test_e1_checks_name_the_schedulers_without_results():
+    checks = by_figure(e1_checks(amdahl_results({"fg-tree": 5.0, "cilk": 70.0})))
+    assert checks["burden d of fg-tree (us)"].verdict == AGREES
+    assert checks["burden d of omp-static (us)"].verdict == NO_RESULTS
+    assert checks["order of the six burdens"].verdict == NO_RESULTS
+    assert checks["cilk's d over fg-tree's"].value == pytest.approx(14.0)
+    assert checks["fg-tree's d below omp-static's"].verdict == NO_RESULTS
+
+
+def test_every_check_says_no_results_without_results():
+    for pub in fidelity.PUBLICATIONS:
+        checks = pub.checks(None)
+        assert checks and {c.verdict for c in checks} == {NO_RESULTS}, pub.key
+
+
+def test_e2_checks_read_the_breakdown(monkeypatch):
+    from simsched.analysis import breakdown
+
+    normalized = {
+        "fine": {"lbs": 1.0013, "lbs:split=guided": 1.0017, "adapt-g": 1.0019, "adapt-l": 1.0016,
+                 "distrib": 1.0002, "offload": 2.30, "cellss": 5.33},
+        "coarse": {"lbs": 1.325, "lbs:split=guided": 1.0005, "adapt-g": 1.0007, "adapt-l": 1.0006,
+                   "distrib": 1.0001, "offload": 2.0, "cellss": 1.0002},
+        "nested": {"lbs": 1.0218, "lbs:split=guided": 1.0014, "adapt-g": 1.0004, "adapt-l": 1.0011,
+                   "distrib": 1.0008, "offload": 2.03, "cellss": 1.012},
+    }
+    table = pd.DataFrame([{"workload": fidelity.E2_LOOPS[loop], "scheduler": s, "normalized": v}
+                          for loop, times in normalized.items() for s, v in times.items()])
+    monkeypatch.setattr(breakdown, "breakdown_table", lambda results, baseline: table)
+    checks = by_figure(e2_checks(pd.DataFrame()))
+    spread = checks["fine loop: slowest over fastest work-splitting strategy"]
+    assert spread.value == pytest.approx(1.0019 / 1.0002 - 1) and spread.verdict == AGREES
+    assert checks["fine loop: offload over the fastest work-splitting strategy"].value == pytest.approx(2.30 / 1.0002)
+    assert checks["coarse loop: every other work-splitting strategy beats plain lbs"].verdict == AGREES
+    gain = checks["coarse loop: plain lbs over the best strategy, minus 1"]
+    assert gain.value == pytest.approx(1.325 / 1.0001 - 1) and gain.verdict == AGREES  # 32.5% against 39%
+    assert checks["fine loop: the best strategy"].verdict == AGREES
+    nested = checks["nested loop: the best strategy"]
+    assert (nested.ours, nested.verdict) == ("adapt-g", DISAGREES)
+
+
+def test_e4_checks_read_the_ranking(monkeypatch):
+    from simsched.analysis import ranking
+
+    loops = fidelity.E4_LOOPS
+    ranks = {"ich": [4, 2, 3], "stealing": [1, 1, 1], "binlpt": [2, 5, 2], "omp-dynamic": [3, 3, 4]}
+    rows = [{"workload": w, "threads": 28, "method": m, "rank": r[i], "behind_best": 0.02 * (r[i] - 1),
+             "sensitivity": 1.1 if m == "ich" else 1.5} for m, r in ranks.items() for i, w in enumerate(loops)]
+    monkeypatch.setattr(ranking, "rank_methods", lambda *args: pd.DataFrame(rows))
+    checks = e4_checks(pd.DataFrame())
+    assert [c.verdict for c in checks[:3]] == [DISAGREES, AGREES, AGREES]
+    named = by_figure(checks)
+    assert named["iCh's mean shortfall from the best method"].value == pytest.approx(0.02 * (3 + 1 + 2) / 3)
+    assert named["iCh's sensitivity to eps (slowest / fastest setting)"].verdict == AGREES
+    always = named["methods always among the top three"]
+    assert (always.ours, always.verdict) == ("stealing", DISAGREES)
+
+
+def test_report_from_stored_results(tmp_path, capsys):
+    out = tmp_path / "fidelity.md"
+    assert main(["report", "--results", str(DATA), "--out", str(out)]) == 0
+    summary = capsys.readouterr().out
+    text = out.read_text()
+    assert text.startswith("# Fidelity: the model against the published figures")
+    # Every published figure is listed, those without stored results as such.
+    for pub in fidelity.PUBLICATIONS:
+        assert f"## {pub.key}: " in text
+    assert f"No results in `{DATA}/e2-lbs-cell`" in text
+    assert "| burden d of fg-tree (us) | 5.67 | 5.65 | -0% | within 25% | agrees |" in text
+    assert "| fg-tree: loop with S = 24 | about 22 us | 124.6 us | +466% | within a factor 1.5 | **disagrees** |" in text
+    assert "| unbalanced 11.9 MB: hybrid's time over omp-static's | below 1 (hybrid balances load better) | 1.557 |" in text
+    assert "| LB3D: speedup under fg-tree | 39.3 | 11.6 | -70% | within 25% | **disagrees** |" in text
+    # The summary counts outcomes; the generated programs' statistics are inputs, listed apart.
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "program: " not in line]
+    counts = {v: sum(line.endswith((f"| {v} |", f"| **{v}** |")) for line in rows)
+              for v in (AGREES, DISAGREES, NO_RESULTS)}
+    assert f"{counts[AGREES]} figures agree, {counts[DISAGREES]} disagree, {counts[NO_RESULTS]} have no results" \
+        in summary
+    assert f"| all | {sum(counts.values())} | {counts[AGREES]} | {counts[DISAGREES]} | {counts[NO_RESULTS]} | " \
+           "24 of 52 |" in text
+    assert "| lb3d program: shortest loop | 45.1 us | 45.1 us | +0% | within 25% | agrees |" in text
+    # Regenerating from the same results gives the same file, byte for byte.
+    assert main(["report", "--results", str(DATA), "--out", str(out)]) == 0
+    assert out.read_text() == text
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--results", "no/such/folder"], "--results: no such folder: no/such/folder"),
+    (["--out", "no/such/folder/report.md"], "--out: folder no/such/folder does not exist"),
+])
+def test_report_bad_input_is_one_line(tmp_path, capsys, args, message):
+    argv = ["report", "--results", str(DATA), "--out", str(tmp_path / "r.md")]
+    for key, value in zip(args[::2], args[1::2]):
+        argv[argv.index(key) + 1] = value
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"simsched: error: {message}"
+    assert not (tmp_path / "r.md").exists()
+
+
+def test_committed_report_is_generated():
+    docs = Path(__file__).parent.parent / "docs" / "fidelity.md"
+    text = docs.read_text()
+    assert "Generated by `simsched report`" in text
+    for pub in fidelity.PUBLICATIONS:
+        assert f"## {pub.key}: " in text
+        assert f"simsched sweep experiments/{pub.experiment}.toml" in text

@@ -714,7 +714,7 @@ def cmd_sensitivity(args) -> int:
     out = Path(args.out) if args.out else Path("results") / "sensitivity" / experiment.name
     try:
         table = run_sensitivity(experiment, varies, out, jobs=args.jobs,
-                                progress=not args.quiet and sys.stderr.isatty(), skip_refused=not args.vary,
+                                progress=not args.quiet and sys.stderr.isatty(), default_set=not args.vary,
                                 seeds=args.seeds)
     except Interrupted as stop:
         print(f"simsched: interrupted: the finished runs are saved in {out}; run the same command again to "

@@ -497,6 +497,31 @@ def _machine_files():
         return Path(__file__).resolve().parent.parent / "machines"
 
 
+def value_sources(name: str) -> dict[str, str]:
+    """Each ``section.key`` of a built-in machine file with the comment giving its source, continued lines joined."""
+    resource = _machine_files().joinpath(f"{name}.toml")
+    if not resource.is_file():
+        return {}
+    sources: dict[str, str] = {}
+    section, last = "", None
+    for line in resource.read_text("utf-8").splitlines():
+        text = line.strip()
+        if text.startswith("["):
+            section, last = text.strip("[]").strip(), None
+        elif text.startswith("#"):
+            if last is not None and line[:1].isspace():  # an indented comment continues the value's source
+                sources[last] += " " + text.lstrip("#").strip()
+            else:
+                last = None
+        elif "=" in text and "#" in text:
+            key = text.split("=", 1)[0].strip()
+            last = f"{section}.{key}" if section else key
+            sources[last] = text.split("#", 1)[1].strip()
+        else:
+            last = None
+    return sources
+
+
 def builtin_machines() -> list[str]:
     """Names of the machine files shipped with simsched."""
     return sorted(p.name[:-5] for p in _machine_files().iterdir() if p.name.endswith(".toml"))

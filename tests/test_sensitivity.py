@@ -5,7 +5,8 @@ import json
 import pandas as pd
 import pytest
 
-from simsched.analysis.sensitivity import Vary, parse_vary
+from simsched.analysis.sensitivity import Vary, format_sensitivity_markdown, parse_vary, source_kind
+from simsched.machine import value_sources
 from simsched.cli import main
 from simsched.errors import SimschedError
 
@@ -62,6 +63,10 @@ def test_sensitivity_runs_each_variant_and_reports_each_figure(small_e1, tmp_pat
     assert set(missing["verdict"]) == {"no results"} and missing["change"].isna().all()
     assert (out / "tornado.png").stat().st_size > 0
     assert "burden d of fg-tree (us): " in printed and "latency_ns.socket_hop" in printed
+    # The report's summary says what the machine file says of each varied value.
+    markdown = "\n".join(format_sensitivity_markdown(table, "e1-burden-xeon-e7", "sens"))
+    assert "| latency_ns.socket_hop | 60 | fitted | " in markdown
+    assert "--vary latency_ns.socket_hop=0.5,2 --out sens`" in markdown
     # A second run finds every variant saved and computes nothing again.
     before = {p: p.stat().st_mtime_ns for p in out.glob("*/runs.jsonl")}
     assert main(argv) == 0
@@ -94,3 +99,16 @@ def test_an_experiment_without_published_figures_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("simsched: error: experiment 'mine' has no published figures to check (those with some: ")
     assert "\n" not in err
+
+
+def test_value_sources_read_each_values_comment():
+    sources = value_sources("xeon-e7-4860v2")
+    # A source comment continued on indented lines is joined.
+    assert sources["latency_ns.socket_hop"].startswith("added per QPI hop, so cross-socket = 120 ns;")
+    assert "fitted to E1 within 100-150 ns" in sources["latency_ns.socket_hop"]
+    assert source_kind(sources["latency_ns.socket_hop"]) == "fitted"
+    assert source_kind(sources["costs_ns.loop_setup"]) == "fitted"
+    assert source_kind(sources["costs_ns.chunk"]) == "assumed"
+    assert source_kind(sources["clock.base_ghz"]) == "sourced"
+    assert sources["cache.l3.size_kib"].startswith("Intel ARK E7-4860 v2: 30 MB L3")
+    assert value_sources("no-such-machine") == {}

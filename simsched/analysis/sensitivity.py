@@ -93,11 +93,11 @@ def default_varies(machine) -> list[Vary]:
             if isinstance(value, (int, float)) and not isinstance(value, bool)]
 
 
-def _variants(experiment, varies: list[Vary], skip_refused: bool = False, log=None):
+def _variants(experiment, varies: list[Vary], default_set: bool = False, log=None):
     """(label, key, factor, parameter value, machine spec) per run, the baseline first; all checked first.
 
-    A variant the machine refuses (a value out of its range) is an error, or with ``skip_refused``
-    (the default parameter set) a line in ``log`` saying it is left out.
+    A variant the machine refuses (a value out of its range) is an error, or, when ``varies`` is the
+    default set (``default_set``), a line in ``log`` saying it is left out.
     """
     from ..machine import format_setting, load_machine
 
@@ -123,7 +123,7 @@ def _variants(experiment, varies: list[Vary], skip_refused: bool = False, log=No
                 load_machine(spec)
             except SimschedError as exc:
                 message = f"--vary {vary.key}: factor {factor:g} gives {value:g}, which the machine refuses: {exc}"
-                if not skip_refused:
+                if not default_set:
                     raise SimschedError(message) from None
                 print(f"left out: {message}", file=log or sys.stdout)
                 continue
@@ -143,7 +143,7 @@ def select_seeds(experiment, seeds: int | None):
 
 
 def run_sensitivity(experiment, varies: list[Vary], out: str | Path, jobs: int | None = None,
-                    progress: bool = False, log=None, skip_refused: bool = False,
+                    progress: bool = False, log=None, default_set: bool = False,
                     seeds: int | None = None) -> pd.DataFrame:
     """Run the experiment on its machine and on each variant; one row per (run, figure).
 
@@ -159,7 +159,7 @@ def run_sensitivity(experiment, varies: list[Vary], out: str | Path, jobs: int |
     if publication.workloads is not None:
         experiment = dataclasses.replace(experiment, points=[p for p in experiment.points
                                                              if p["workload"] in publication.workloads])
-    runs = _variants(experiment, varies, skip_refused, log)
+    runs = _variants(experiment, varies, default_set, log)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -169,10 +169,12 @@ def run_sensitivity(experiment, varies: list[Vary], out: str | Path, jobs: int |
         failed = int((frame["error"] != "").sum())
         print(f"[{k}/{len(runs)}] {label}: {len(frame)} runs ({failed} failed)", file=log or sys.stdout, flush=True)
         for check in publication.evaluate(frame):
-            rows.append({"experiment": experiment.name, "run": label, "parameter": key, "factor": factor,
+            rows.append({"experiment": experiment.name, "machine": runs[0][4], "run": label, "parameter": key,
+                         "factor": factor,
                          "parameter_value": value, "figure": check.figure, "value": check.value,
                          "verdict": check.verdict, "points": len(variant.points),
-                         "seeds": len({p["seed"] for p in variant.points}), "seeds_option": seeds})
+                         "seeds": len({p["seed"] for p in variant.points}), "seeds_option": seeds,
+                         "default_set": default_set})
     table = _relative(pd.DataFrame(rows))
     write_whole(out / TABLE, lambda path: table.to_csv(path, index=False))
     return table
@@ -199,12 +201,18 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     varied = table[(table["run"] != BASELINE) & table["baseline"].notna()]
     rows = []
     for (figure, parameter), group in varied.groupby(["figure", "parameter"], sort=False):
-        low, high = group.loc[group["factor"].idxmin()], group.loc[group["factor"].idxmax()]
+        # The lowest factor below 1 and the highest above it; a side with none (a variant the machine
+        # refused) stays empty rather than repeating the other side.
+        below, above = group[group["factor"] < 1], group[group["factor"] > 1]
+        low = below.loc[below["factor"].idxmin()] if not below.empty else None
+        high = above.loc[above["factor"].idxmax()] if not above.empty else None
         flips = group[group["verdict"] != group["baseline_verdict"]]
-        rows.append({"figure": figure, "parameter": parameter, "baseline": low["baseline"],
-                     "baseline_verdict": low["baseline_verdict"],
-                     "low_factor": low["factor"], "low_change": low["change"],
-                     "high_factor": high["factor"], "high_change": high["change"],
+        rows.append({"figure": figure, "parameter": parameter, "baseline": group["baseline"].iloc[0],
+                     "baseline_verdict": group["baseline_verdict"].iloc[0],
+                     "low_factor": np.nan if low is None else low["factor"],
+                     "low_change": np.nan if low is None else low["change"],
+                     "high_factor": np.nan if high is None else high["factor"],
+                     "high_change": np.nan if high is None else high["change"],
                      "swing": float(np.nanmax(np.abs(group["change"].to_numpy(dtype=float))))
                      if group["change"].notna().any() else np.nan,
                      "flips": "; ".join(f"x{r.factor:g}: {r.verdict}" for r in flips.itertuples())})
@@ -213,6 +221,12 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
 
 def _change(value) -> str:
     return "n/a" if value is None or pd.isna(value) else f"{value:+.1%}"
+
+
+def _changes(row) -> str:
+    """A parameter's changes of a figure at its lowest and highest factor (those it has)."""
+    return ", ".join(f"x{row[f'{side}_factor']:g} {_change(row[f'{side}_change'])}" for side in ("low", "high")
+                     if pd.notna(row[f"{side}_factor"]))
 
 
 def format_sensitivity(table: pd.DataFrame, top: int = 3) -> str:
@@ -224,8 +238,7 @@ def format_sensitivity(table: pd.DataFrame, top: int = 3) -> str:
         lines.append(f"{figure}: {first['baseline']:.4g} ({first['baseline_verdict']})")
         for r in group.head(top).itertuples():
             flips = f"  verdict flips at {r.flips}" if r.flips else ""
-            lines.append(f"  {r.parameter:<28} x{r.low_factor:g} {_change(r.low_change):>8}   "
-                         f"x{r.high_factor:g} {_change(r.high_change):>8}{flips}")
+            lines.append(f"  {r.parameter:<28} {_changes(r._asdict())}{flips}")
         rest = group.iloc[top:]
         flipped = rest[rest["flips"] != ""]
         for r in flipped.itertuples():
@@ -240,11 +253,36 @@ def sensitivity_command(table: pd.DataFrame, folder: str) -> str:
     factors = {p: ",".join(f"{f:g}" for f in sorted(g["factor"].unique()))
                for p, g in varied.groupby("parameter", sort=False)}
     command = f"simsched sensitivity experiments/{experiment}.toml"
-    if set(factors.values()) != {",".join(f"{f:g}" for f in DEFAULT_FACTORS)}:
+    if not bool(table["default_set"].iloc[0]):
         command += "".join(f" --vary {p}={f}" for p, f in factors.items())
     if pd.notna(table["seeds_option"].iloc[0]):
         command += f" --seeds {int(table['seeds_option'].iloc[0])}"
     return f"{command} --out {folder}"
+
+
+def source_kind(comment: str) -> str:
+    """What a machine file's comment says a value is: fitted, assumed, or (neither word) taken from a source."""
+    text = comment.lower()
+    return "fitted" if "fitted" in text else "assumed" if "assum" in text else "sourced"
+
+
+def parameter_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per varied parameter: its value, what its machine file says of it, the figure it moves most, its flips."""
+    from ..machine import value_sources
+
+    sources = value_sources(str(table["machine"].iloc[0]))
+    frame = summary(table)
+    rows = []
+    for parameter, group in frame.groupby("parameter", sort=False):
+        group = group.sort_values("swing", ascending=False, na_position="last")
+        top = group.iloc[0]
+        values = table[(table["parameter"] == parameter)]
+        base = values["parameter_value"] / values["factor"]
+        rows.append({"parameter": parameter, "value": float(base.iloc[0]),
+                     "kind": source_kind(sources.get(parameter, "")),
+                     "figure": top["figure"] if pd.notna(top["swing"]) else "", "swing": top["swing"],
+                     "flips": sum(bool(f) for f in group["flips"])})
+    return pd.DataFrame(rows).sort_values("swing", ascending=False, na_position="last")
 
 
 def format_sensitivity_markdown(table: pd.DataFrame, experiment: str, folder: str) -> list[str]:
@@ -258,23 +296,29 @@ def format_sensitivity_markdown(table: pd.DataFrame, experiment: str, folder: st
              f"read ({seeds} seed{'s' if seeds > 1 else ''}): `{sensitivity_command(table, folder)}`. "
              f"Ours is the baseline run's figure; a change is the variant's figure over it, minus 1. "
              f"The tornado plot is `{folder}/tornado.png`.", "",
-             "| figure | ours | most sensitive to | change (low / high factor) | next | change | verdict flips |",
+             "| figure | ours | most sensitive to | its change | next | its change "
+             "| parameters that flip the verdict |",
              "|---|---|---|---|---|---|---|"]
     for figure, group in summary(table).groupby("figure", sort=False):
         group = group.sort_values("swing", ascending=False, na_position="last")
         first = group.iloc[0]
         second = group.iloc[1] if len(group) > 1 else None
-        flips = "; ".join(f"{r.parameter} {r.flips}" for r in group.itertuples() if r.flips) or "none"
+        flips = ", ".join(r.parameter for r in group.itertuples() if r.flips) or "none"
         lines.append(
-            f"| {figure} | {first['baseline']:.4g} | {first['parameter']} | "
-            f"{_change(first['low_change'])} / {_change(first['high_change'])} | "
+            f"| {figure} | {first['baseline']:.4g} | {first['parameter']} | {_changes(first)} | "
             f"{second['parameter'] if second is not None else ''} | "
-            f"{_change(second['low_change']) + ' / ' + _change(second['high_change']) if second is not None else ''}"
-            f" | {flips} |")
+            f"{_changes(second) if second is not None else ''} | {flips} |")
     flipped = table[(table["run"] != BASELINE) & (table["verdict"] != table["baseline_verdict"])]
     if not flipped.empty:
         gained = flipped[flipped["baseline_verdict"] == DISAGREES]
         lines += ["", f"{len(flipped)} verdicts flip across the variants ({len(gained)} from disagrees to agrees)."]
+    lines += ["", f"The parameters by the largest change they make to any figure; \"what\" is what the machine file "
+              f"`{table['machine'].iloc[0]}` says of the value (fitted, assumed, or from a cited source):", "",
+              "| parameter | value | what | largest change | of | figures with a flipped verdict |",
+              "|---|---|---|---|---|---|"]
+    for r in parameter_summary(table).itertuples():
+        lines.append(f"| {r.parameter} | {r.value:g} | {r.kind} | {_change(r.swing).lstrip('+')} | {r.figure} | "
+                     f"{r.flips} |")
     return lines
 
 
@@ -299,9 +343,12 @@ def plot_tornado(table: pd.DataFrame, out, top: int = 8, columns: int = 3) -> Pa
         y = np.arange(len(group))
         low = 100 * group["low_change"].fillna(0).to_numpy(dtype=float)
         high = 100 * group["high_change"].fillna(0).to_numpy(dtype=float)
-        ax.barh(y - 0.2, low, height=0.4, color="tab:blue", label="lowest factor")
-        ax.barh(y + 0.2, high, height=0.4, color="tab:orange", label="highest factor")
+        ax.barh(y - 0.2, low, height=0.4, color="tab:blue", label="factor below 1")
+        ax.barh(y + 0.2, high, height=0.4, color="tab:orange", label="factor above 1")
         ax.axvline(0, color="black", linewidth=0.8)
+        # Symmetric, and at least +-1%, so that a change of a few thousandths of a percent looks like one.
+        reach = max(1.0, 1.1 * float(np.max(np.abs(np.concatenate([low, high])))))
+        ax.set_xlim(-reach, reach)
         ax.set_yticks(y, group["parameter"], fontsize=7)
         ax.set_title(f"{figure}\n(ours: {group['baseline'].iloc[0]:.4g})", fontsize=8)
         ax.set_xlabel("change of the figure (%)", fontsize=8)

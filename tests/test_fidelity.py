@@ -183,3 +183,16 @@ def test_committed_report_is_generated():
     for pub in fidelity.PUBLICATIONS:
         assert f"## {pub.key}: " in text
         assert f"simsched sweep experiments/{pub.experiment}.toml" in text
+
+
+def test_the_published_burdens_are_the_experiments():
+    from simsched.sweep import load_experiment
+
+    experiment = load_experiment(Path(__file__).parent.parent / "experiments" / "e1-burden-xeon-e7.toml")
+    assert experiment.published_d_us == fidelity.E1_PUBLISHED_D_US
+
+
+def test_every_publication_names_an_experiment_file():
+    root = Path(__file__).parent.parent / "experiments"
+    for pub in fidelity.PUBLICATIONS:
+        assert (root / f"{pub.experiment}.toml").is_file(), pub.experiment

@@ -308,6 +308,13 @@ def format_sensitivity_markdown(table: pd.DataFrame, experiment: str, folder: st
             f"| {figure} | {first['baseline']:.4g} | {first['parameter']} | {_changes(first)} | "
             f"{second['parameter'] if second is not None else ''} | "
             f"{_changes(second) if second is not None else ''} | {flips} |")
+    claims = table[table["baseline"].isna() & (table["run"] != BASELINE)]
+    for figure, group in claims.groupby("figure", sort=False):
+        flips = group[group["verdict"] != group["baseline_verdict"]]
+        verdict = group["baseline_verdict"].iloc[0]
+        where = ", ".join(f"{r.parameter} x{r.factor:g} ({r.verdict})" for r in flips.itertuples())
+        lines += ["", f"Claim \"{figure}\" ({verdict}): " + (f"flips with {where}." if where else
+                                                                "the same in every variant.")]
     flipped = table[(table["run"] != BASELINE) & (table["verdict"] != table["baseline_verdict"])]
     if not flipped.empty:
         gained = flipped[flipped["baseline_verdict"] == DISAGREES]
@@ -353,7 +360,8 @@ def plot_tornado(table: pd.DataFrame, out, top: int = 8, columns: int = 3) -> Pa
         ax.set_title(f"{figure}\n(ours: {group['baseline'].iloc[0]:.4g})", fontsize=8)
         ax.set_xlabel("change of the figure (%)", fontsize=8)
         ax.tick_params(axis="x", labelsize=7)
-    axes.flat[0].legend(fontsize=7, loc="lower right")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="upper right")
     fig.suptitle(f"{table['experiment'].iloc[0]}: each figure's change with each machine parameter, one at a time",
                  fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_figheight()))

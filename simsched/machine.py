@@ -497,14 +497,20 @@ def _machine_files():
         return Path(__file__).resolve().parent.parent / "machines"
 
 
+def builtin_machine_bytes(name: str) -> bytes | None:
+    """The bytes of the built-in machine file ``name``, or None where there is none."""
+    resource = _machine_files().joinpath(f"{name}.toml")
+    return resource.read_bytes() if resource.is_file() else None
+
+
 def value_sources(name: str) -> dict[str, str]:
     """Each ``section.key`` of a built-in machine file with the comment giving its source, continued lines joined."""
-    resource = _machine_files().joinpath(f"{name}.toml")
-    if not resource.is_file():
+    raw = builtin_machine_bytes(name)
+    if raw is None:
         return {}
     sources: dict[str, str] = {}
     section, last = "", None
-    for line in resource.read_text("utf-8").splitlines():
+    for line in raw.decode("utf-8").splitlines():
         text = line.strip()
         if text.startswith("["):
             section, last = text.strip("[]").strip(), None

@@ -452,6 +452,7 @@ PUBLICATIONS = [
                 "Arif, Vandierendonck, CCPE 2021, section 5.4", e5_ligra_checks, "plot"),
 ]
 BY_EXPERIMENT = {p.experiment: p for p in PUBLICATIONS}
+FINGERPRINT_LABEL = "Inputs fingerprint:"
 
 
 def publication_of(experiment: str) -> Publication:
@@ -486,6 +487,38 @@ def all_checks(results_root: Path) -> list[tuple[Publication, Path, list[Check]]
     return out
 
 
+def inputs_fingerprint(configs: dict[str, bytes]) -> str:
+    """A hash of experiment files (name -> bytes) and the built-in machine files their grids name.
+
+    The report records it for the configs its results were made with; comparing it with the
+    repository's files tells whether the report must be made again.
+    """
+    import hashlib
+    import tomllib
+
+    from ..machine import builtin_machine_bytes
+
+    digest = hashlib.sha256()
+    machines = set()
+    for name in sorted(configs):
+        digest.update(name.encode() + b"\0" + configs[name] + b"\0")
+        grid = tomllib.loads(configs[name].decode("utf-8")).get("grid", {})
+        named = grid.get("machine", [])
+        machines.update([named] if isinstance(named, str) else named)
+    for machine in sorted(machines):
+        raw = builtin_machine_bytes(machine)
+        if raw is not None:
+            digest.update(machine.encode() + b"\0" + raw + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def results_fingerprint(results_root: Path) -> str:
+    """The fingerprint of the experiment files saved beside the results under ``results_root``."""
+    configs = {pub.experiment: (results_root / pub.experiment / "experiment.toml").read_bytes()
+               for pub in PUBLICATIONS if (results_root / pub.experiment / "experiment.toml").is_file()}
+    return inputs_fingerprint(configs)
+
+
 def checks_frame(checks: list[Check]) -> pd.DataFrame:
     """Checks as a table, one row each."""
     return pd.DataFrame([c.to_dict() for c in checks])
@@ -501,7 +534,7 @@ def _md(text: str) -> str:
 
 def format_report(results: list[tuple[Publication, Path, list[Check]]], results_root: str,
                   sensitivity: dict[str, pd.DataFrame] | None = None, sensitivity_root: str | None = None,
-                  out: str = "docs/fidelity.md") -> str:
+                  out: str = "docs/fidelity.md", fingerprint: str = "") -> str:
     """The fidelity report as Markdown: a summary, then every check per experiment with its command."""
     from .sensitivity import sensitivity_command
 
@@ -516,6 +549,8 @@ def format_report(results: list[tuple[Publication, Path, list[Check]]], results_
                for pub, _, _ in results],
              *[sensitivity_command(table, f"{sensitivity_root}/{name}") for name, table in sensitivity.items()],
              f"{report} --out {out}", "```", "",
+             f"{FINGERPRINT_LABEL} `{fingerprint}` (the experiment files saved with the results and the "
+             "machine files they name).", "",
              "Each row is one figure a publication states, next to ours. A published value agrees when "
              f"ours is within {VALUE_TOLERANCE:.0%} of it; an \"about\" value when ours is within the factor "
              "shown; a bound or a claim when ours lies inside it or it holds. The error is ours over the "
@@ -589,7 +624,8 @@ def write_report(results_root: str | Path, out: str | Path, sensitivity_root: st
             raise SimschedError(f"--sensitivity: no sensitivity.csv in any of {sens_root}/<experiment>/ "
                                 "(simsched sensitivity writes them)")
     text = format_report(results, str(results_root).rstrip("/"), sensitivity,
-                         str(sensitivity_root).rstrip("/") if sensitivity_root is not None else None, str(out))
+                         str(sensitivity_root).rstrip("/") if sensitivity_root is not None else None, str(out),
+                         results_fingerprint(root))
     return write_whole(out, lambda path: path.write_text(text, encoding="utf-8"), "--out")
 
 

@@ -686,14 +686,13 @@ def _plot_timeline(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .analysis.fidelity import AGREES, DISAGREES, NO_RESULTS, all_checks, verdict_counts, write_report
+    from .analysis.fidelity import AGREES, DISAGREES, NO_RESULTS, write_report
     from .output import check_output
 
     if not Path(args.results).is_dir():
         raise SimschedError(f"--results: no such folder: {args.results}")
     out = check_output(args.out, "--out")
-    path = write_report(args.results, out, args.sensitivity)
-    counts = verdict_counts([c for _, _, checks in all_checks(Path(args.results)) for c in checks])
+    path, counts = write_report(args.results, out, args.sensitivity)
     print(f"{path}: {counts[AGREES]} figures agree, {counts[DISAGREES]} disagree, {counts[NO_RESULTS]} "
           "have no results")
     return 0

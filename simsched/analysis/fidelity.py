@@ -39,9 +39,6 @@ class Check:
     error: float | None = None  # ours / published - 1, for a published value
     kind: str = "outcome"       # "input": a published statistic the workload is generated to match
 
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
-
 
 def _text(value: float, fmt: str) -> str:
     """``value`` formatted, without the exponent ``g`` would give a large one (46320, not 4.632e+04)."""
@@ -463,11 +460,6 @@ def publication_of(experiment: str) -> Publication:
     return BY_EXPERIMENT[experiment]
 
 
-def checks_for(experiment: str, results: pd.DataFrame | None) -> list[Check]:
-    """The checks of an experiment on its results (None: every check without results)."""
-    return publication_of(experiment).evaluate(results)
-
-
 def load_results(folder: Path) -> pd.DataFrame | None:
     """A sweep folder's results table, or None where the folder holds none."""
     from ..sweep import read_table
@@ -517,11 +509,6 @@ def results_fingerprint(results_root: Path) -> str:
     configs = {pub.experiment: (results_root / pub.experiment / "experiment.toml").read_bytes()
                for pub in PUBLICATIONS if (results_root / pub.experiment / "experiment.toml").is_file()}
     return inputs_fingerprint(configs)
-
-
-def checks_frame(checks: list[Check]) -> pd.DataFrame:
-    """Checks as a table, one row each."""
-    return pd.DataFrame([c.to_dict() for c in checks])
 
 
 def _error_text(check: Check) -> str:
@@ -601,8 +588,12 @@ def _check_table(checks: list[Check]) -> list[str]:
     return lines
 
 
-def write_report(results_root: str | Path, out: str | Path, sensitivity_root: str | Path | None = None) -> Path:
-    """Compute every check on the results under ``results_root`` and write the report to ``out`` whole."""
+def write_report(results_root: str | Path, out: str | Path,
+                 sensitivity_root: str | Path | None = None) -> tuple[Path, dict[str, int]]:
+    """Compute every check on the results under ``results_root``, write the report to ``out`` whole.
+
+    Returns the file written and how many outcome checks agree, disagree and have no results.
+    """
     from ..output import write_whole
 
     root = Path(results_root)
@@ -626,15 +617,11 @@ def write_report(results_root: str | Path, out: str | Path, sensitivity_root: st
     text = format_report(results, str(results_root).rstrip("/"), sensitivity,
                          str(sensitivity_root).rstrip("/") if sensitivity_root is not None else None, str(out),
                          results_fingerprint(root))
-    return write_whole(out, lambda path: path.write_text(text, encoding="utf-8"), "--out")
+    path = write_whole(out, lambda path: path.write_text(text, encoding="utf-8"), "--out")
+    return path, verdict_counts([c for _, _, checks in results for c in checks])
 
 
 def verdict_counts(checks: list[Check]) -> dict[str, int]:
     """How many outcome checks (not inputs) agree, disagree and have no results."""
     verdicts = [c.verdict for c in checks if c.kind != INPUT]
     return {v: verdicts.count(v) for v in (AGREES, DISAGREES, NO_RESULTS)}
-
-
-def numeric_figures(checks: list[Check]) -> dict[str, float]:
-    """The checks that carry a number (what sensitivity follows), by figure."""
-    return {f"{c.experiment}: {c.figure}": c.value for c in checks if c.value is not None and np.isfinite(c.value)}

@@ -89,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--sensitivity", metavar="DIR",
                         help="also summarize the sensitivity runs in DIR/<experiment> (simsched sensitivity)")
     report.add_argument("--out", default="docs/fidelity.md", help="Markdown file (default docs/fidelity.md)")
+    report.add_argument("--json", action="store_true",
+                        help="also print every check as a JSON list (experiment, figure, published, ours, rule, "
+                             "verdict, value, error, kind)")
 
     sens = sub.add_parser("sensitivity", help="run an experiment again with each machine parameter scaled, one "
                                               "at a time, and show how each published figure moves")
@@ -686,13 +689,19 @@ def _plot_timeline(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .analysis.fidelity import AGREES, DISAGREES, NO_RESULTS, write_report
+    import dataclasses
+
+    from .analysis.fidelity import AGREES, DISAGREES, NO_RESULTS, verdict_counts, write_report
     from .output import check_output
 
     if not Path(args.results).is_dir():
         raise SimschedError(f"--results: no such folder: {args.results}")
     out = check_output(args.out, "--out")
-    path, counts = write_report(args.results, out, args.sensitivity)
+    path, checks = write_report(args.results, out, args.sensitivity)
+    if args.json:
+        print(json.dumps([dataclasses.asdict(c) for c in checks]))
+        return 0
+    counts = verdict_counts(checks)
     print(f"{path}: {counts[AGREES]} figures agree, {counts[DISAGREES]} disagree, {counts[NO_RESULTS]} "
           "have no results")
     return 0

@@ -157,6 +157,20 @@ def test_report_from_stored_results(tmp_path, capsys):
     assert out.read_text() == text
 
 
+def test_report_json_lists_every_check(tmp_path, capsys):
+    import json
+
+    assert main(["report", "--results", str(DATA), "--out", str(tmp_path / "r.md"), "--json"]) == 0
+    checks = json.loads(capsys.readouterr().out)
+    fg = next(c for c in checks if c["figure"] == "burden d of fg-tree (us)")
+    assert (fg["experiment"], fg["published"], fg["ours"], fg["verdict"], fg["kind"]) == \
+        ("E1", "5.67", "5.65", AGREES, "outcome")
+    assert fg["value"] == pytest.approx(5.6508, abs=1e-4)
+    assert {c["verdict"] for c in checks if c["experiment"] == "E2"} == {NO_RESULTS}
+    assert {c["kind"] for c in checks if "program: " in c["figure"]} == {"input"}
+    assert (tmp_path / "r.md").is_file()
+
+
 @pytest.mark.parametrize("args, message", [
     (["--results", "no/such/folder"], "--results: no such folder: no/such/folder"),
     (["--sensitivity", "no/such/folder"], "--sensitivity: no such folder: no/such/folder"),

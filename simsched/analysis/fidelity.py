@@ -589,10 +589,10 @@ def _check_table(checks: list[Check]) -> list[str]:
 
 
 def write_report(results_root: str | Path, out: str | Path,
-                 sensitivity_root: str | Path | None = None) -> tuple[Path, dict[str, int]]:
+                 sensitivity_root: str | Path | None = None) -> tuple[Path, list[Check]]:
     """Compute every check on the results under ``results_root``, write the report to ``out`` whole.
 
-    Returns the file written and how many outcome checks agree, disagree and have no results.
+    Returns the file written and the checks, in the report's order.
     """
     from ..output import write_whole
 
@@ -618,7 +618,7 @@ def write_report(results_root: str | Path, out: str | Path,
                          str(sensitivity_root).rstrip("/") if sensitivity_root is not None else None, str(out),
                          results_fingerprint(root))
     path = write_whole(out, lambda path: path.write_text(text, encoding="utf-8"), "--out")
-    return path, verdict_counts([c for _, _, checks in results for c in checks])
+    return path, [c for _, _, checks in results for c in checks]
 
 
 def verdict_counts(checks: list[Check]) -> dict[str, int]:

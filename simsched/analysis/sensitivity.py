@@ -294,7 +294,8 @@ def format_sensitivity_markdown(table: pd.DataFrame, experiment: str, folder: st
              f"Each of {len(parameters)} machine parameters scaled by {' and '.join(f'{f:g}' for f in factors)}, "
              f"one at a time, each variant a run of the {int(table['points'].iloc[0])} grid points the figures "
              f"read ({seeds} seed{'s' if seeds > 1 else ''}): `{sensitivity_command(table, folder)}`. "
-             f"Ours is the baseline run's figure; a change is the variant's figure over it, minus 1. "
+             f"Ours is the baseline run's figure; a change is the variant's figure over it, minus 1 "
+             f"(n/a: the variant gives the figure no value, e.g. a speedup it never reaches). "
              f"The tornado plot is `{folder}/tornado.png`.", "",
              "| figure | ours | most sensitive to | its change | next | its change "
              "| parameters that flip the verdict |",

@@ -582,16 +582,21 @@ def format_setting(value: Any) -> str:
     return str(value)
 
 
+def setting_at(data: dict[str, Any], dotted: str) -> Any:
+    """The value at ``section.key`` (or a nested ``cache.l3.key``) of machine data; None where there is none."""
+    value: Any = data
+    for name in dotted.split("."):
+        value = value.get(name) if isinstance(value, dict) else None
+    return value
+
+
 def _check_settings_exist(machine: Machine, changes: dict[str, Any], source: str) -> None:
     """Refuse a key the machine neither has nor could have: a misspelt key must not add a new value."""
     for dotted in changes:
         *tables, key = dotted.split(".")
         if len(tables) == 1 and key in SCHEMA.get(tables[0], {}):
             continue  # an optional key the file leaves out, e.g. coherence.serve_ns
-        table: Any = machine.data
-        for name in tables:
-            table = table.get(name) if isinstance(table, dict) else None
-        if not isinstance(table, dict) or key not in table:
+        if setting_at(machine.data, dotted) is None:
             known = ", ".join(sorted(k for k, v in machine.data.items() if isinstance(v, dict)))
             raise SimschedError(f"{source}: machine {machine.name} has no {dotted} (its sections: {known})")
 

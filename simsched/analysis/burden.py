@@ -38,6 +38,23 @@ def loop_durations_us(results: pd.DataFrame) -> pd.Series:
     return results["sequential_ns"] / repeat / 1e3
 
 
+def _successful_durations(results: pd.DataFrame) -> pd.DataFrame:
+    """The successful runs, their figures as numbers, with each run's loop duration ``t_us``."""
+    results = numeric(results, ["threads", "sequential_ns", "speedup"] +
+                      (["repeat"] if "repeat" in results.columns else []))
+    ok = results[succeeded(results)]
+    return ok.assign(t_us=loop_durations_us(ok))
+
+
+def _curves(ok: pd.DataFrame) -> dict[tuple, pd.Series]:
+    return {key: group.groupby("t_us")["speedup"].mean() for key, group in ok.groupby(KEYS, sort=False)}
+
+
+def speedup_curves(results: pd.DataFrame) -> dict[tuple, pd.Series]:
+    """Per (machine, scheduler, threads): the mean speedup of the successful runs by loop duration (us)."""
+    return _curves(_successful_durations(results))
+
+
 def burden_table(results: pd.DataFrame, published: dict[str, float] | None = None) -> pd.DataFrame:
     """Fit d for every (machine, scheduler, threads) group of successful runs; add published d where known.
 
@@ -47,18 +64,14 @@ def burden_table(results: pd.DataFrame, published: dict[str, float] | None = Non
     missing = [c for c in KEYS + ["sequential_ns", "speedup"] if c not in results.columns]
     if missing:
         raise SimschedError(f"results table lacks column {missing[0]!r}: is it a sweep's results?")
-    results = numeric(results, ["threads", "sequential_ns", "speedup"] +
-                      (["repeat"] if "repeat" in results.columns else []))
-    ok = results[succeeded(results)]
+    ok = _successful_durations(results)
     if ok.empty:
         raise SimschedError("no successful runs to fit")
     if "workload" not in ok.columns:
         raise SimschedError("results table lacks column 'workload': the loop shape of its runs is unknown")
-    ok = ok.assign(t_us=loop_durations_us(ok))
     check_duration_axis(ok["workload"].astype(str), ok["t_us"])
     rows = []
-    for (machine, scheduler, threads), group in ok.groupby(KEYS, sort=False):
-        curve = group.groupby("t_us")["speedup"].mean()
+    for (machine, scheduler, threads), curve in _curves(ok).items():
         if len(curve) < 2:
             continue
         fit = fit_burden(curve.index.to_numpy(), curve.to_numpy(), int(threads))

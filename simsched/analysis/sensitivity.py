@@ -60,13 +60,11 @@ def parse_vary(text: str) -> Vary:
 
 def parameter_value(machine, key: str) -> float:
     """The number at ``section.key`` (or ``cache.l3.key``) of a machine, or one line saying why it cannot vary."""
-    *tables, name = key.split(".")
-    table = machine.data
-    for part in tables:
-        table = table.get(part) if isinstance(table, dict) else None
-    if not isinstance(table, dict) or name not in table:
+    from ..machine import setting_at
+
+    value = setting_at(machine.data, key)
+    if value is None:
         raise SimschedError(f"--vary {key}: machine {machine.name} has no {key}")
-    value = table[name]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SimschedError(f"--vary {key}: {key} of machine {machine.name} is not a number ({value!r})")
     return value

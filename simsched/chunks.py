@@ -131,11 +131,14 @@ class ChunkLog:
         self.limit = limit
         self.frame = None
 
+    # The pending fields that make a block: flush when ``pending`` holds this many.
+    FLUSH_AT = BLOCK * len(CHUNK_COLUMNS)
+
     def append(self, record: tuple) -> None:
         """Log one chunk (worker, loop, lo, hi, start, end)."""
         pending = self.pending
         pending += record
-        if len(pending) >= BLOCK * len(CHUNK_COLUMNS):
+        if len(pending) >= self.FLUSH_AT:
             self.flush()
 
     def flush(self) -> None:

@@ -25,6 +25,12 @@ def _integer(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
 
+def _set_argument(parser) -> None:
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="change a machine value for this command, e.g. --set latency_ns.socket_hop=150 "
+                             "(repeatable; the machine becomes NAME[SECTION.KEY=VALUE,...])")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .host import HOST_MACHINE_FILE
 
@@ -34,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="simulate one parallel loop")
     run.add_argument("--machine", required=True, help="built-in machine name or machine TOML file")
+    _set_argument(run)
     _loop_arguments(run, "run the loop this many times back to back (EPCC style)")
     run.add_argument("--no-chunk-table", action="store_true",
                      help="keep only counters and per-worker states, not every chunk (for runs of very many chunks)")
@@ -41,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     machines = sub.add_parser("machines", help="list built-in machines, or describe one")
     machines.add_argument("name", nargs="?", help="machine name or TOML file")
     machines.add_argument("--json", action="store_true", help="machine-readable output")
+    machines.add_argument("--latency-against", metavar="FILE.csv",
+                          help="compare the machine's core-to-core latencies with a measured matrix (one row per "
+                               "CPU, full or lower-triangular, as ping-pong tools write it): errors per class of pair")
 
     sweep = sub.add_parser("sweep", help="run an experiment grid from a TOML config")
     sweep.add_argument("config", help="experiment TOML file")
@@ -53,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="replace the sweep files of another experiment in --out instead of refusing")
     sweep.add_argument("--retry-failed", action="store_true", help="when resuming, run failed points again")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
+    _set_argument(sweep)
 
     fit = sub.add_parser("fit", help="fit the scheduling burden d per (machine, scheduler, threads)")
     fit.add_argument("results", help="results table (CSV/Parquet) or a sweep's output folder")
@@ -229,11 +240,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def cmd_run(args) -> int:
     from .engine import simulate
-    from .machine import load_machine
+    from .machine import load_machine, with_settings
     from .schedulers import get_scheduler
     from .workloads import get_workload
 
-    machine = load_machine(args.machine)
+    machine = load_machine(with_settings(args.machine, args.set))
     scheduler = get_scheduler(args.scheduler)
     workload = get_workload(args.workload)
     machine.check_threads(args.threads)  # before --chunks is checked: the likelier mistake first
@@ -260,8 +271,17 @@ def cmd_run(args) -> int:
 def cmd_machines(args) -> int:
     from .machine import builtin_machines, load_machine
 
+    if args.latency_against and not args.name:
+        raise SimschedError("--latency-against compares one machine: name it, e.g. simsched machines NAME "
+                            "--latency-against FILE.csv")
     if args.name:
         machine = load_machine(args.name)
+        if args.latency_against:
+            from .analysis.latency import compare_latency, format_comparison, read_latency_csv
+
+            rows = compare_latency(machine, read_latency_csv(args.latency_against))
+            print(json.dumps(rows) if args.json else format_comparison(machine, rows))
+            return 0
         if args.json:
             print(json.dumps({"name": machine.name, "description": machine.description,
                               "cores": machine.cores, **{k: v for k, v in machine.data.items()
@@ -284,13 +304,15 @@ def cmd_machines(args) -> int:
 
 def cmd_sweep(args) -> int:
     from .errors import Interrupted
-    from .sweep import load_experiment, run_sweep
+    from .sweep import load_experiment, run_sweep, with_machine_settings
 
     if args.jobs is not None and args.jobs < 1:
         raise SimschedError(f"--jobs must be >= 1, got {args.jobs}")
     if args.jobs is not None and args.dask:
         raise SimschedError("--jobs and --dask exclude each other: a Dask cluster has its own workers")
     experiment = load_experiment(args.config)
+    if args.set:
+        experiment = with_machine_settings(experiment, args.set)
     out = Path(args.out) if args.out else Path("results") / experiment.name
     try:
         frame = run_sweep(experiment, jobs=args.jobs, progress=not args.quiet and sys.stderr.isatty(), out=out,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from heapq import heappush
 from typing import Sequence
 
 import numpy as np
@@ -16,6 +17,7 @@ from .locality import DataState
 from .loop import Loop, check_total
 from .machine import Machine, load_machine
 from .memory import Memory, fire_at
+from .noise import Noise
 from .result import SEGMENT_COLUMNS, Result
 
 __all__ = ["STATES", "Simulation", "simulate", "simulate_program", "verify_exactly_once"]
@@ -48,6 +50,8 @@ class Simulation:
                              self.costs, machine.serve_ns, machine.transfer_fraction,
                              directory=machine.coherence == "directory")
         self.slowdown = [float(x) for x in machine.speed_factors(self.threads)]
+        # Interruptions and late arrivals drawn from the machine's [noise]; None without (chunks cost their work).
+        self.noise = Noise.of(machine, self.cores, self.rng)
         self.time = {state: [0.0] * self.threads for state in STATES}
         # Each worker's most recent accounted segments (state, start, end): the ones that may reach
         # past the end of a run that finishes while the worker is busy (see ``run``).
@@ -115,7 +119,24 @@ class Simulation:
         """``worker`` runs the sequential code before program loop ``index`` (a process step; none without it)."""
         ns = self.loops[index].serial_ns
         if ns > 0:  # no zero-length step: a program without serial code keeps its exact event sequence
-            yield self.wait(worker, "compute", self.env.now + ns)
+            end = self.env.now + ns if self.noise is None else self.noise.charge(worker, self.env.now, ns)
+            yield self.wait(worker, "compute", end)
+
+    def compute_end(self, worker: int, start: float, work: float) -> float:
+        """When ``worker`` ends ``work`` ns of computing begun at ``start`` (later by interruptions, with noise)."""
+        return start + work if self.noise is None else self.noise.finish(worker, start, work)
+
+    def loop_begins(self, t: float) -> None:
+        """A loop of the program is published at ``t``: with noise, draw which workers arrive late to it."""
+        if self.noise is not None:
+            self.noise.loop_begins(t)
+
+    def arrive(self, worker: int):
+        """``worker`` arrives at the published loop: at once, or as late as the noise model says (a process step)."""
+        if self.noise is not None:
+            until = self.noise.arrival(worker, self.env.now)
+            if until > self.env.now:
+                yield self.until(until)
 
     def run_chunks(self, worker: int, loop: int, ranges, start: float) -> float:
         """Record ``worker`` running the iteration ranges back to back from ``start``; return the end time."""
@@ -150,6 +171,8 @@ class Simulation:
         data = self.loops[loop].data
         if data is not None:
             work += self.locality.chunk(worker, data, lo, hi, start, now=self.env.now)
+        if self.noise is not None:
+            work = self.noise.charge(worker, start, work) - start
         return work
 
     def record_chunk(self, worker: int, loop: int, lo: int, hi: int, start: float, since: float) -> float:
@@ -210,7 +233,7 @@ class Simulation:
         event, done = Event(env), Event(env)
         event._ok, event._value = True, None
         callbacks = []  # SimPy takes the list off the event before calling it, so one list serves every wait
-        advance, schedule = steps.__next__, env.schedule
+        advance, queue, eid = steps.__next__, env._queue, env._eid
 
         def step(_event=None):
             try:
@@ -219,9 +242,11 @@ class Simulation:
                 when, value = stop.value
                 fire_at(env, done, when, value)
                 return
-            delay = when - env.now
+            now = env._now
+            delay = when - now
             event.callbacks = callbacks
-            schedule(event, NORMAL, delay if delay > 0 else 0)
+            # Environment.schedule's own push, inlined: this runs once per chunk of every claim loop.
+            heappush(queue, (now + delay if delay > 0 else now, NORMAL, next(eid), event))
 
         callbacks.append(step)
         step()
@@ -247,6 +272,8 @@ class Simulation:
         env.run(until=scheduler.completion(self, processes))
         makespan = float(env.now)
         self.memory.tally(self.counters)
+        if self.noise is not None:
+            self.noise.tally(self.counters)
         if self.locality is not None:
             self.locality.tally(self.counters)
         for name in scheduler.COUNTERS:

@@ -17,6 +17,7 @@ import numpy as np
 
 from .errors import SimschedError
 from .hierarchy import MAX_VALUE, Hierarchy, socket_hops
+from .noise import NOISE_KEYS, check_noise
 from .spec import Param, format_spec, parse_spec, resolve_params
 
 # The schema every machine file is checked against: section -> key -> (type, required, check, rule).
@@ -36,12 +37,16 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "threads_per_core": _key(int, False, _COUNT),
         "socket_links": _key((str, list), False, None),
         "core_layout": _key(str, False, None),
+        # Nested groups of cores inside a socket, innermost first: {ccx = 4} for core complexes of 4 cores.
+        "core_groups": _key(dict, False, None),
     },
     "clock": {
         "base_ghz": _key(float, check=_POSITIVE),
         "turbo_max_ghz": _key(float, False, _POSITIVE),
         "turbo_all_ghz": _key(float, False, _POSITIVE),
         "all_core_throughput": _key(float, False, (lambda v: 0 < v <= 1, "in (0, 1]")),
+        # Each core's speed relative to the nominal core: one number per core, or [count, speed] runs.
+        "core_speed": _key(list, False, None),
     },
     "latency_ns": {
         "smt": _key(float, False),
@@ -86,6 +91,8 @@ SCHEMA: dict[str, dict[str, tuple]] = {
 _TOP_LEVEL = {"name": str, "description": str}
 # The memory hierarchy ([cache.l1], [cache.l2], ..., [dram]): nested tables, checked in hierarchy.py.
 _HIERARCHY_SECTIONS = ("cache", "dram")
+# OS noise and late arrival ([noise]): checked in noise.py.
+_NOISE_SECTION = "noise"
 MAX_CORES = 1024
 _REQUIRED_SECTIONS = ("topology", "clock", "latency_ns", "costs_ns")
 # What a machine file that leaves out [coherence] or [os] (or one of their keys) gets: shown
@@ -192,6 +199,12 @@ class Machine:
                 f"threads={threads} exceeds the {self.cores} cores of machine {self.name}")
         return int(threads)
 
+    @property
+    def core_speed(self) -> np.ndarray:
+        """Each core's speed relative to the nominal core (``clock.core_speed``; all 1 without it)."""
+        speeds = self.data["clock"].get("core_speed")
+        return np.ones(self.cores) if speeds is None else core_speeds(speeds, self.cores, self.name)
+
     def placement(self, threads: int) -> list[int]:
         """Cores of the workers, pinned compactly: worker w on core w, filling a socket first."""
         return list(range(self.check_threads(threads)))
@@ -218,7 +231,7 @@ class Machine:
             ghz = top + (allcore - top) * share
             throughput = 1.0 + (shared - 1.0) * share
             factors[w] = top / ghz / throughput
-        return factors
+        return factors / self.core_speed[cores]
 
     # -- what-if variants ------------------------------------------------------------
     def replace(self, **changes: Any) -> "Machine":
@@ -252,16 +265,21 @@ class Machine:
                  f"  topology: {t['sockets']} socket(s) x {t['cores_per_socket']} cores"
                  f" x {t.get('threads_per_core', 1)} thread(s), socket links: {_links_text(t)}",
                  "  clock: " + ", ".join(f"{k} {v}" for k, v in self.data["clock"].items())]
-        lat = self.latency
+        groups = t.get("core_groups", {})
+        if groups:
+            lines.append("  core groups: " + ", ".join(f"{name} of {size} cores" for name, size in groups.items()))
         if self.cores > 1:
-            same = [lat[a, b] for a in range(self.cores) for b in range(self.cores)
-                    if a != b and self.socket_of(a) == self.socket_of(b)]
-            cross = [lat[a, b] for a in range(self.cores) for b in range(self.cores)
-                     if self.socket_of(a) != self.socket_of(b)]
-            if same:
-                lines.append(f"  one-way latency within a socket: {min(same):.1f}-{max(same):.1f} ns")
-            if cross:
-                lines.append(f"  one-way latency across sockets: {min(cross):.1f}-{max(cross):.1f} ns")
+            socket = np.arange(self.cores) // self.cores_per_socket
+            together = socket[:, None] == socket[None, :]
+            off_diagonal = ~np.eye(self.cores, dtype=bool)
+            for text, mask in (("within a socket", together & off_diagonal), ("across sockets", ~together)):
+                if mask.any():
+                    values = self.latency[mask]
+                    lines.append(f"  one-way latency {text}: {values.min():.1f}-{values.max():.1f} ns")
+        speeds = self.core_speed
+        if not np.all(speeds == 1.0):
+            lines.append(f"  core speeds: {speeds.min():g}-{speeds.max():g} x nominal "
+                         f"({int(np.sum(speeds != 1.0))} core(s) not at 1)")
         smt = self.data["latency_ns"].get("smt")
         if smt is not None:
             lines.append(f"  one-way latency between hyperthreads: {smt} ns")
@@ -299,7 +317,7 @@ def _validate(data: dict[str, Any], source: str) -> None:
             if not isinstance(value, _TOP_LEVEL[key]):
                 raise SimschedError(f"{source}: key {key} must be a string")
             continue
-        if key not in SCHEMA and key not in _HIERARCHY_SECTIONS:
+        if key not in SCHEMA and key not in _HIERARCHY_SECTIONS and key != _NOISE_SECTION:
             raise SimschedError(f"{source}: unknown section or key {key!r}")
         if not isinstance(value, dict):
             raise SimschedError(f"{source}: {key} must be a table")
@@ -310,7 +328,7 @@ def _validate(data: dict[str, Any], source: str) -> None:
         if section not in SCHEMA:  # the hierarchy sections are checked by Hierarchy
             continue
         for key in table:
-            if key not in SCHEMA[section]:
+            if key not in SCHEMA[section] and not (section == "latency_ns" and key in _group_names(data)):
                 raise SimschedError(f"{source}: unknown key {section}.{key}")
         for key, (kind, required, check) in SCHEMA[section].items():
             where = f"{section}.{key}"
@@ -343,6 +361,10 @@ def _validate(data: dict[str, Any], source: str) -> None:
     if protocol not in ("snoop", "directory"):
         raise SimschedError(f"{source}: coherence.protocol must be snoop or directory, got {protocol!r}")
     lat = data["latency_ns"]
+    if _NOISE_SECTION in data:
+        check_noise(data[_NOISE_SECTION], topo["sockets"] * topo["cores_per_socket"], source)
+    _validate_groups(data, source)
+    _validate_core_speed(data, source)
     if "matrix" not in lat:
         needed = "ring_hop" if layout == "ring" else "same_socket"
         if topo["cores_per_socket"] > 1 and needed not in lat:
@@ -352,6 +374,78 @@ def _validate(data: dict[str, Any], source: str) -> None:
     clock = data["clock"]
     if "turbo_all_ghz" in clock and clock["turbo_all_ghz"] > clock.get("turbo_max_ghz", math.inf):
         raise SimschedError(f"{source}: clock.turbo_all_ghz must not exceed clock.turbo_max_ghz")
+
+
+def _group_names(data: dict[str, Any]) -> list[str]:
+    groups = data.get("topology", {}).get("core_groups")
+    return list(groups) if isinstance(groups, dict) else []
+
+
+def _validate_groups(data: dict[str, Any], source: str) -> None:
+    """Core groups nest (each group's size divides the next and the socket) and each has a latency.
+
+    A latency grows with the level that two cores first share, so that the groups are a
+    tree of latencies: the innermost group's at most the next one's, at most ``same_socket``.
+    """
+    topo, lat = data["topology"], data["latency_ns"]
+    groups = topo.get("core_groups", {})
+    if not groups:
+        return
+    if topo.get("core_layout", "crossbar") != "crossbar":
+        raise SimschedError(f"{source}: topology.core_groups needs core_layout = \"crossbar\"")
+    inner, below = 1, 0.0
+    for name, cores in groups.items():
+        where = f"topology.core_groups.{name}"
+        if name in SCHEMA["latency_ns"] or not name.isidentifier():
+            raise SimschedError(f"{source}: {where}: a group needs a name of its own (not {name!r})")
+        if isinstance(cores, bool) or not isinstance(cores, int) or cores < 2:
+            raise SimschedError(f"{source}: {where} must be an integer >= 2, got {cores!r}")
+        if cores % inner or topo["cores_per_socket"] % cores:
+            raise SimschedError(f"{source}: {where} = {cores} must be a multiple of the group inside it ({inner}) "
+                                f"and divide topology.cores_per_socket ({topo['cores_per_socket']})")
+        inner = cores
+        if "matrix" in lat:
+            continue
+        latency = lat.get(name)
+        if isinstance(latency, bool) or not isinstance(latency, (int, float)) or not 0 <= latency <= MAX_VALUE:
+            raise SimschedError(f"{source}: latency_ns.{name} (one-way latency within a {name}) must be a number "
+                                f">= 0, got {latency!r}")
+        if latency < below:
+            raise SimschedError(f"{source}: latency_ns.{name} = {latency} is below the latency of the group "
+                                f"inside it ({below}): latencies must grow outward")
+        below = latency
+    if "matrix" not in lat and lat.get("same_socket", below) < below:
+        raise SimschedError(f"{source}: latency_ns.same_socket = {lat['same_socket']} is below latency_ns."
+                            f"{name} ({below}): latencies must grow outward")
+
+
+def _validate_core_speed(data: dict[str, Any], source: str) -> None:
+    speeds = data["clock"].get("core_speed")
+    if speeds is not None:
+        core_speeds(speeds, data["topology"]["sockets"] * data["topology"]["cores_per_socket"], source)
+
+
+def core_speeds(value: list, cores: int, source: str = "machine") -> np.ndarray:
+    """``clock.core_speed`` as one speed per core: a list of ``cores`` numbers, or ``[count, speed]`` runs."""
+    where = f"{source}: clock.core_speed"
+    runs = value and all(isinstance(item, list) for item in value)
+    if runs:
+        if not all(len(item) == 2 and isinstance(item[0], int) and not isinstance(item[0], bool) and item[0] >= 1
+                   for item in value):
+            raise SimschedError(f"{where}: runs must be [count, speed] pairs with count >= 1")
+        if sum(item[0] for item in value) != cores:
+            raise SimschedError(f"{where}: the runs cover {sum(item[0] for item in value)} cores; "
+                                f"the machine has {cores}")
+        speeds = [item[1] for item in value for _ in range(item[0])]
+    else:
+        if len(value) != cores:
+            raise SimschedError(f"{where}: {len(value)} speeds given for {cores} cores (give one per core, "
+                                "or [count, speed] runs)")
+        speeds = value
+    for speed in speeds:
+        if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not math.isfinite(speed) or speed <= 0:
+            raise SimschedError(f"{where}: speeds must be numbers > 0, got {speed!r}")
+    return np.asarray(speeds, dtype=float)
 
 
 class Topology:
@@ -422,6 +516,8 @@ def _build_topology(data: dict[str, Any], source: str) -> tuple[Topology, np.nda
     topo, lat = data["topology"], data["latency_ns"]
     sockets, per = topo["sockets"], topo["cores_per_socket"]
     n = sockets * per
+    ring = topo.get("core_layout", "crossbar") == "ring"
+    groups = list(topo.get("core_groups", {}).items())
     graph = Topology()
     for s in range(sockets):
         graph.add_node(("socket", s), kind="socket")
@@ -429,7 +525,7 @@ def _build_topology(data: dict[str, Any], source: str) -> tuple[Topology, np.nda
             core = s * per + i
             graph.add_node(("core", core), kind="core", socket=s,
                            threads=topo.get("threads_per_core", 1))
-        if topo.get("core_layout", "crossbar") == "ring":
+        if ring:
             # The socket's interconnect is a ring; its first core is the gateway off-chip.
             hop = float(lat.get("ring_hop", 0.0))
             for i in range(per):
@@ -437,6 +533,16 @@ def _build_topology(data: dict[str, Any], source: str) -> tuple[Topology, np.nda
                 if a != b:
                     graph.add_edge(("core", a), ("core", b), weight=hop)
             graph.add_edge(("socket", s), ("core", s * per), weight=0.0)
+        elif groups and "matrix" not in lat:
+            # Groups nest as a tree whose edges are half the latency each level adds.
+            for i in range(per):
+                node, below = ("core", s * per + i), 0.0
+                for name, size in groups:
+                    parent = (name, (s * per + i) // size)
+                    graph.add_edge(node, parent, weight=(float(lat[name]) - below) / 2)
+                    node, below = parent, float(lat[name])
+                if i % groups[-1][1] == 0:
+                    graph.add_edge(node, ("socket", s), weight=(float(lat.get("same_socket", below)) - below) / 2)
         else:
             # A crossbar: every pair of cores in the socket is same_socket apart.
             half = float(lat.get("same_socket", 0.0)) / 2
@@ -467,13 +573,59 @@ def _build_topology(data: dict[str, Any], source: str) -> tuple[Topology, np.nda
         if matrix is None:
             raise SimschedError(f"{source}: latency_ns.matrix must be a {n}x{n} table of numbers >= 0")
         return graph, matrix
-    matrix = np.zeros((n, n))
-    for a in range(n):
-        row = graph.distances(("core", a))
-        for b in range(n):
-            if a != b:
-                matrix[a, b] = row[("core", b)]
+    hops = socket_hops(graph, sockets)
+    matrix = _ring_latency(lat, sockets, per, hops) if ring else _crossbar_latency(lat, sockets, per, groups, hops)
+    np.fill_diagonal(matrix, 0.0)
     return graph, matrix
+
+
+def _added(start: np.ndarray, step: float, times: np.ndarray) -> np.ndarray:
+    """``start`` plus ``step`` added ``times`` times, one addition after another (as a shortest path sums it)."""
+    out = np.array(start, dtype=float)
+    for k in range(int(times.max()) if times.size else 0):
+        out = np.where(times > k, out + step, out)
+    return out
+
+
+def _crossbar_latency(lat, sockets: int, per: int, groups, hops: np.ndarray) -> np.ndarray:
+    """The latency matrix of crossbar sockets of nested core groups, as the paths of the topology graph sum it.
+
+    Two cores of one socket are the latency of the innermost group they share apart, else
+    ``same_socket``; cores of different sockets are half of ``same_socket`` out, one
+    ``socket_hop`` per hop, and half back in.
+    """
+    same = float(lat.get("same_socket", float(lat[groups[-1][0]]) if groups else 0.0))
+    half = same / 2
+    inside = np.full((per, per), half + half)
+    core = np.arange(per)
+    for name, size in reversed(groups):  # inner groups overwrite outer ones
+        inside[(core[:, None] // size) == (core[None, :] // size)] = float(lat[name])
+    across = _added(np.full(hops.shape, half), float(lat.get("socket_hop", 0.0)), hops) + half
+    matrix = np.repeat(np.repeat(across, per, axis=0), per, axis=1)
+    for s in range(sockets):
+        matrix[s * per:(s + 1) * per, s * per:(s + 1) * per] = inside
+    return matrix
+
+
+def _ring_latency(lat, sockets: int, per: int, hops: np.ndarray) -> np.ndarray:
+    """The latency matrix of ring sockets whose first core is the gateway to the socket links."""
+    hop = float(lat.get("ring_hop", 0.0))
+    position = np.arange(per)
+    around = np.abs(position[:, None] - position[None, :])
+    around = np.minimum(around, per - around)
+    inside = _added(np.zeros((per, per)), hop, around)
+    to_gateway = around[:, 0]
+    # core i -> gateway (ring hops), + 0 onto the socket node, socket hops, + 0 off it, gateway -> core j.
+    out = _added(np.zeros(per), hop, to_gateway)[:, None, None] + 0.0
+    out = _added(np.broadcast_to(out, (per, *hops.shape)).copy(), float(lat.get("socket_hop", 0.0)),
+                 np.broadcast_to(hops, (per, *hops.shape))) + 0.0
+    # out[i, a, b]: from core i of socket a to socket b's gateway; then ring hops to core j.
+    full = _added(np.broadcast_to(out[:, :, :, None], (per, sockets, sockets, per)).copy(), hop,
+                  np.broadcast_to(to_gateway[None, None, None, :], (per, sockets, sockets, per)))
+    matrix = full.transpose(1, 0, 2, 3).reshape(sockets * per, sockets * per)
+    for s in range(sockets):
+        matrix[s * per:(s + 1) * per, s * per:(s + 1) * per] = inside
+    return matrix
 
 
 def _is_matrix(value, n):
@@ -554,10 +706,58 @@ def uniform_machine(spec: str) -> Machine:
     return Machine.from_dict(data, source=f"{UNIFORM}.toml")
 
 
+SCALED = "scaled"
+# scaled:key=value builds a larger (or smaller) machine of the base machine's sockets.
+SCALED_PARAMS = {
+    "base": Param("base", str, None, help="the machine whose sockets, latencies and costs are repeated"),
+    "sockets": Param("sockets", int, None, lambda v: 1 <= v <= MAX_CORES, f"in [1, {MAX_CORES}]",
+                     help="sockets (default: the base machine's)"),
+    "cores_per_socket": Param("cores_per_socket", int, None, lambda v: 1 <= v <= MAX_CORES, f"in [1, {MAX_CORES}]",
+                              help="cores per socket (default: the base machine's)"),
+    "socket_links": Param("socket_links", str, None, choices=("full", "ring"),
+                          help="how the sockets connect (default: the base machine's, which must be full or ring)"),
+}
+
+
+def scaled_machine(spec: str) -> Machine:
+    """The parametric machine ``scaled:base=NAME,sockets=S,cores_per_socket=C``: the base machine, resized.
+
+    Latencies, costs, clocks and caches are the base machine's; the core groups must still
+    divide the new socket. A base with a measured latency matrix or explicit socket links
+    cannot be resized (nothing says what the new cores' latencies would be).
+    """
+    _, given = parse_spec(spec, "machine")
+    params = resolve_params(f"machine {SCALED}", SCALED_PARAMS, given)
+    if params["base"] is None:
+        raise SimschedError(f"machine {spec!r}: give the machine to scale, e.g. scaled:base=xeon-e7-4860v2,sockets=16")
+    base = load_machine(params["base"])
+    if "matrix" in base.data["latency_ns"]:
+        raise SimschedError(f"machine {spec!r}: {base.name} gives a measured latency matrix, which cannot be resized")
+    changes = {f"topology.{key}": value for key, value in params.items() if key != "base" and value is not None}
+    links = changes.get("topology.socket_links", base.topology.get("socket_links", "full"))
+    if not isinstance(links, str):
+        raise SimschedError(f"machine {spec!r}: {base.name} lists its socket links one by one; "
+                            "choose socket_links=full or socket_links=ring for the scaled machine")
+    sockets = changes.get("topology.sockets", base.sockets)
+    if sockets > 1 and "socket_hop" not in base.data["latency_ns"]:
+        raise SimschedError(f"machine {spec!r}: {base.name} has one socket and no latency_ns.socket_hop "
+                            "to join more")
+    cores = sockets * changes.get("topology.cores_per_socket", base.cores_per_socket)
+    if cores > MAX_CORES:
+        raise SimschedError(f"machine {spec!r}: {cores} cores; at most {MAX_CORES} are supported")
+    changes["name"] = format_spec(SCALED, {key: value for key, value in params.items() if value is not None})
+    changes["description"] = (f"{base.description} -- resized to {sockets} socket(s) x "
+                              f"{cores // sockets} cores (what-if)")
+    try:
+        return base.replace(**changes)
+    except SimschedError as error:
+        raise SimschedError(f"machine {spec!r}: {error}") from None
+
+
 def parse_settings(text: str, source: str) -> dict[str, Any]:
     """``section.key=value,...`` as a dict of TOML values, refusing anything else with one line."""
     changes: dict[str, Any] = {}
-    for item in text.split(","):
+    for item in _top_level_items(text):
         key, sep, value = (part.strip() for part in item.partition("="))
         if not sep or not key or not value:
             raise SimschedError(f"{source}: expected section.key=value, got {item.strip()!r}")
@@ -571,6 +771,36 @@ def parse_settings(text: str, source: str) -> dict[str, Any]:
             raise SimschedError(f"{source}: {key}={value} is not a TOML value (a number, true/false or "
                                 f"a quoted string)") from None
     return changes
+
+
+def _top_level_items(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets and quotes, so that a list value stays whole."""
+    items, depth, quote, start = [], 0, "", 0
+    for i, char in enumerate(text):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    items.append(text[start:])
+    return items
+
+
+def with_settings(machine: str, settings: list[str]) -> str:
+    """The machine spec ``machine`` with ``--set`` settings (``section.key=value`` each) added to its variant list."""
+    if not settings:
+        return machine
+    parse_settings(",".join(settings), "--set")  # refuse a malformed setting here, naming the option
+    base, bracket, inner = machine.partition("[")
+    if bracket and machine.endswith("]") and not Path(machine).exists():
+        return f"{base}[{inner[:-1]},{','.join(settings)}]"
+    return f"{machine}[{','.join(settings)}]"
 
 
 def format_setting(value: Any) -> str:
@@ -594,7 +824,8 @@ def _check_settings_exist(machine: Machine, changes: dict[str, Any], source: str
     """Refuse a key the machine neither has nor could have: a misspelt key must not add a new value."""
     for dotted in changes:
         *tables, key = dotted.split(".")
-        if len(tables) == 1 and key in SCHEMA.get(tables[0], {}):
+        optional = NOISE_KEYS if tables == [_NOISE_SECTION] else SCHEMA.get(tables[0], {}) if len(tables) == 1 else {}
+        if key in optional:
             continue  # an optional key the file leaves out, e.g. coherence.serve_ns
         if setting_at(machine.data, dotted) is None:
             known = ", ".join(sorted(k for k, v in machine.data.items() if isinstance(v, dict)))
@@ -602,7 +833,7 @@ def _check_settings_exist(machine: Machine, changes: dict[str, Any], source: str
 
 
 def load_machine(name_or_path: str | Path | Machine) -> Machine:
-    """Load a built-in machine by name, a machine file by path, or ``uniform:cores=N,latency_ns=L``.
+    """Load a built-in machine by name, a machine file by path, ``uniform:cores=N,latency_ns=L`` or ``scaled:base=...``.
 
     Any of these followed by ``[section.key=value,...]`` is that machine with those values
     changed (see :meth:`Machine.replace`), e.g. ``xeon-e7-4860v2[latency_ns.socket_hop=75]``.
@@ -619,6 +850,8 @@ def load_machine(name_or_path: str | Path | Machine) -> Machine:
         return machine.replace(**changes)
     if text.startswith(f"{UNIFORM}:") and not path.exists():
         return uniform_machine(text)
+    if text.startswith(f"{SCALED}:") and not path.exists():
+        return scaled_machine(text)
     if text.endswith(".toml") or path.exists():
         if not path.is_file():
             raise SimschedError(f"machine file not found: {text}")

@@ -24,6 +24,8 @@ count grows with operations, never with iterations.
 
 from __future__ import annotations
 
+import numpy as np
+
 from typing import Any, Callable
 
 from simpy.core import NORMAL
@@ -54,9 +56,14 @@ class Memory:
     def __init__(self, env, latency, costs: dict[str, float], serve_ns: float,
                  transfer_fraction: float = 0.5, directory: bool = False):
         self.env = env
-        # Nested lists index faster than a NumPy matrix on this hot path.
-        self.lat = [list(map(float, row)) for row in latency]
-        self.transfer = [[x * transfer_fraction for x in row] for row in self.lat]
+        # Nested lists index faster than a NumPy matrix on this hot path. Equal latencies share one float
+        # object, so that a 1,024-core table is a few hot floats behind its pointers, not a million cold ones.
+        values, index = np.unique(np.asarray(latency, dtype=float), return_inverse=True)
+        latencies = [float(v) for v in values]
+        transfers = [x * transfer_fraction for x in latencies]
+        index = index.reshape(np.shape(latency)).tolist()
+        self.lat = [list(map(latencies.__getitem__, row)) for row in index]
+        self.transfer = [list(map(transfers.__getitem__, row)) for row in index]
         self.directory = directory
         self.atomic_ns = costs["atomic"]
         self.store_ns = costs["store"]

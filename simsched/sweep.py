@@ -103,6 +103,18 @@ def parse_experiment(data: dict[str, Any], source: str = "<config>", path: Path 
                       peers=_peers_section(data.get("peers"), source))
 
 
+def with_machine_settings(experiment: Experiment, settings: list[str]) -> Experiment:
+    """The experiment with every point's machine changed by ``--set`` settings (see ``machine.with_settings``)."""
+    import dataclasses
+
+    from .machine import load_machine, with_settings
+
+    points = [{**point, "machine": with_settings(str(point["machine"]), settings)} for point in experiment.points]
+    for machine in dict.fromkeys(point["machine"] for point in points):
+        load_machine(machine)   # a misspelt or out-of-range setting is named before any folder is touched
+    return dataclasses.replace(experiment, points=points)
+
+
 def _check_fit_grid(points: list[dict[str, Any]], source: str) -> None:
     """A burden fit needs one loop shape at several durations: refuse a grid that cannot give it, before it runs."""
     from .analysis.shape import check_one_shape

@@ -17,7 +17,8 @@ import pytest
 import simsched
 
 ROOT = Path(__file__).resolve().parents[1]
-BUILTIN = {"xeon-e7-4860v2": 48, "xeon-e5-4620": 32, "haswell-e5-2695v3": 28, "cell-qs22": 16, "uniform": 16}
+BUILTIN = {"xeon-e7-4860v2": 48, "xeon-e5-4620": 32, "haswell-e5-2695v3": 28, "cell-qs22": 16, "uniform": 16,
+           "epyc-7742-2s": 128, "xeon-8375c-2s": 64, "graviton3": 64}
 
 RUN = ["run", "--machine", "xeon-e7-4860v2", "--scheduler", "omp-guided:chunk=2", "--threads", "48",
        "--workload", "exp-dec:n=20000", "--seed", "1"]

@@ -128,6 +128,35 @@ CASES: dict[str, Case] = {
     "ok/experiment": sweep_case(GOOD_EXPERIMENT),
 
     "machine/uniform-bad-cores": Case(run_args(machine="uniform:cores=many"), ("machine uniform", "cores='many'")),
+    "whatif/unknown-base": Case(run_args(machine="scaled:base=xeon-bogus,sockets=16"), ("unknown machine", "xeon-bogus")),
+    "whatif/scaled-without-base": Case(run_args(machine="scaled:sockets=16"), ("scaled", "base=")),
+    "whatif/scaled-too-many-cores": Case(run_args(machine="scaled:base=epyc-7742-2s,sockets=32"), ("2048 cores", "1024")),
+    "whatif/speed-zero": Case(run_args() + ["--set", "clock.core_speed=[[1, 0.0], [47, 1.0]]"],
+                              ("clock.core_speed", "> 0", "got 0.0")),
+    "whatif/speed-negative": machine_case(mutate(HASWELL, "[latency_ns]", "core_speed = [[27, 1.0], [1, -2]]\n\n"
+                                                 "[latency_ns]"), "clock.core_speed", "> 0", "-2"),
+    "whatif/speed-short": Case(run_args() + ["--set", "clock.core_speed=[1.0, 0.5]"], ("2 speeds", "48 cores")),
+    "whatif/noise-rate-too-high": Case(run_args() + ["--set", "noise.rate_hz=1e9", "--set", "noise.duration_us=0.001"],
+                                       ("noise.rate_hz", "1e7")),
+    "whatif/noise-too-much": Case(run_args() + ["--set", "noise.rate_hz=100000", "--set", "noise.duration_us=10"],
+                                  ("[noise]", "100%", "at most 50%")),
+    "whatif/noise-negative": Case(run_args() + ["--set", "noise.late_us=-5"], ("noise.late_us", ">= 0")),
+    "whatif/noise-unknown-key": machine_case(HASWELL + "\n[noise]\nrate = 5\n", "noise.rate", "known:"),
+    "whatif/noise-half-given": Case(run_args() + ["--set", "noise.rate_hz=100"], ("noise.rate_hz needs noise.duration_us",)),
+    "whatif/late-distribution": Case(run_args() + ["--set", "noise.late_us=5", "--set", 'noise.late="normal"'],
+                                     ("noise.late", "fixed, exponential, uniform")),
+    "whatif/set-misspelt": Case(run_args() + ["--set", "latency_ns.socket_hp=1"], ("no latency_ns.socket_hp",)),
+    "sweep/set-misspelt": Case(SWEEP + ["--set", "noise.lat_us=5"], ("no noise.lat_us",),
+                               {"experiment.toml": GOOD_EXPERIMENT}),
+    "whatif/set-malformed": Case(run_args() + ["--set", "socket_hop"], ("--set", "section.key=value")),
+    "whatif/group-not-dividing": machine_case(mutate(HASWELL, 'socket_links = "full"', 'socket_links = "full"\n'
+                                                     "core_groups = { ccx = 4 }"), "core_groups.ccx", "divide"),
+    "whatif/group-without-latency": machine_case(mutate(HASWELL, 'socket_links = "full"', 'socket_links = "full"\n'
+                                                        "core_groups = { ccx = 7 }"), "latency_ns.ccx"),
+    "whatif/latency-csv-missing": Case(["machines", "graviton3", "--latency-against", "{dir}/none.csv"],
+                                       ("latency file not found",)),
+    "whatif/latency-csv-bad": Case(["machines", "graviton3", "--latency-against", "{dir}/m.csv"],
+                                   ("row 2, column 1", "'fast'"), {"m.csv": ",\nfast,\n"}),
     "unknown/machine": Case(run_args(machine="xeon-nonexistent"), ("unknown machine", "xeon-nonexistent")),
     "unknown/scheduler": Case(run_args(scheduler="omp-bogus"), ("unknown scheduler", "omp-bogus")),
     "unknown/workload": Case(run_args(workload="zipf:n=10"), ("unknown workload", "zipf")),
@@ -341,7 +370,7 @@ def test_unmodified_inputs_succeed(outcomes, name):
 
 # -- the error cases ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", [n for prefix in ("unknown/", "value/", "threads/", "costs/", "machine/", "fit/")
+@pytest.mark.parametrize("name", [n for prefix in ("unknown/", "value/", "threads/", "costs/", "machine/", "fit/", "whatif/")
                                   for n in ids(prefix)])
 def test_bad_input_is_one_named_line(outcomes, name):
     error_line(outcomes[name], *CASES[name].needles)

@@ -13,6 +13,7 @@ import pytest
 
 from simsched.hierarchy import _CACHE_KEYS, _DRAM_KEYS
 from simsched.machine import _TOP_LEVEL, SCHEMA
+from simsched.noise import NOISE_KEYS
 from simsched.schedulers import REGISTRY as SCHEDULERS
 from simsched.workloads import REGISTRY as WORKLOADS
 
@@ -122,7 +123,7 @@ def machine_sections() -> dict[str, str]:
 
 
 # Every section a machine file may have, and its keys: the flat schema and the memory hierarchy's tables.
-MACHINE_KEYS = {**SCHEMA, "cache": _CACHE_KEYS, "dram": _DRAM_KEYS}
+MACHINE_KEYS = {**SCHEMA, "cache": _CACHE_KEYS, "dram": _DRAM_KEYS, "noise": NOISE_KEYS}
 
 
 def test_every_machine_key_is_documented_in_its_section():

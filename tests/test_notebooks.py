@@ -144,3 +144,27 @@ def test_burden_what_if_tables(python3_kernel):
     images = sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code"
                  for o in c.get("outputs", []))
     assert images >= 4, f"expected the speedup plots and the bar chart, found {images} image(s)"
+
+
+SCALING = ROOT / "notebooks" / "scaling-and-noise.ipynb"
+
+
+@pytest.mark.skipif(not SCALING.is_file(), reason="scaling-and-noise notebook not present")
+def test_scaling_and_noise_tables(python3_kernel):
+    """The reduced what-if runs give a finite d per scheduler and thread count, and an inflation per noise level."""
+    schedulers = tomllib.loads((ROOT / "experiments" / "whatif-scale.toml").read_text(encoding="utf-8"))["grid"][
+        "scheduler"]
+    nb = execute(SCALING, python3_kernel)
+    assert "built in" in cell_text(nb, "machine") and "16 socket(s) x 64 cores" in cell_text(nb, "machine")
+    rows = table_rows(cell_text(nb, "d-table"), schedulers)
+    for sched in schedulers:
+        d = [float(x) for x in rows[sched]]
+        assert len(d) == 3 and all(0 < x < 1e6 for x in d), f"d of {sched}: {rows[sched]}"
+    # A tree barrier's burden stays within a few microseconds from 64 to 256 threads.
+    assert max(float(x) for x in rows["fg-tree"]) < 10
+    inflation = table_rows(cell_text(nb, "inflation"), schedulers)
+    for sched in schedulers:
+        values = [float(x) for x in inflation[sched]]
+        assert len(values) == 4 and all(0.3 < x < 100 for x in values)
+    # Late arrival by 100 us on average: the fork-join loop waits for the last worker; Cilk does not.
+    assert float(inflation["omp-static"][3]) > 2 * float(inflation["cilk"][3])

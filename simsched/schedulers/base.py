@@ -64,8 +64,10 @@ class ForkJoin(Scheduler):
                 self.prepare(sim, index)
                 t = sim.env.now + sim.costs["loop_setup"]
                 t = sim.memory.store(self.descriptor, 0, index, at=t)
+                sim.loop_begins(t)
                 yield sim.wait(0, "schedule", t)
             yield from self.fork(sim, w)
+            yield from sim.arrive(w)
             _, t = sim.memory.read(self.descriptor, w)
             yield sim.wait(w, "schedule", t)
             yield from self.share(sim, w, index)

@@ -176,6 +176,8 @@ class LoopTasks(Scheduler):
             fire_at(sim.env, self.done, sim.env.now)
             return
         while not self.finished:
+            if sim.noise is not None:
+                yield from sim.arrive(w)
             task = yield from self.find_work(sim, w)
             if task is not None:
                 yield from self.execute(sim, w, task)
@@ -185,6 +187,7 @@ class LoopTasks(Scheduler):
         join = Join(sim, index, w)
         yield from sim.serial_code(w, index)
         t = sim.env.now + sim.costs["loop_setup"]
+        sim.loop_begins(t)
         yield sim.wait(w, "schedule", t)
         yield from self.start(sim, w, join)
         yield from self.help_until_done(sim, w, join)
@@ -465,7 +468,7 @@ class LoopTasks(Scheduler):
     def step_time(self, sim, w: int, run: Run, k: int) -> float:
         """When step ``k`` of ``run`` ends."""
         t = run.start + (k - run.lo) * run.step_ns
-        return t + sim.work(w, run.loop, run.lo, k) if run.compute else t
+        return sim.compute_end(w, t, sim.work(w, run.loop, run.lo, k)) if run.compute else t
 
     def run_steps(self, sim, w: int, loop: int, lo: int, hi: int, start: float, step_ns: float = 0.0,
                   compute: bool = True, every: int = 1):

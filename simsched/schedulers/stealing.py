@@ -88,6 +88,8 @@ class WorkStealing(Scheduler):
                 work = yield from self.strand(sim, w, *work)
                 failures = 0
                 continue
+            if sim.noise is not None:
+                yield from sim.arrive(w)
             work = yield from self.steal(sim, w)
             if work is None:
                 failures += 1
@@ -100,6 +102,7 @@ class WorkStealing(Scheduler):
         index = self.next_loop
         self.next_loop += 1
         t += sim.costs["loop_setup"]
+        sim.loop_begins(t)
         root = Frame(None, sim.memory.line(f"loop[{index}].root", 0, home=w), index)
         return root, self.first_item(sim, w, root), t
 

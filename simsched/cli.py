@@ -134,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     native_run = native_sub.add_parser("run", help="run one loop on pinned threads of this machine")
     _loop_arguments(native_run, "run the loop this many times; report the median and its spread")
     native_run.add_argument("--timeout", type=float, default=60.0, help="stop the threads after this many s")
+    native_run.add_argument("--late-us", type=float, default=0.0, metavar="US",
+                            help="the last worker arrives this late at every loop (what a machine's "
+                                 "[noise] late_us with late_workers = 1 simulates)")
     native_run.add_argument("--array-bytes", type=_integer, default=0,
                             help="memory kernel: each iteration strides (13) over its own array of this size")
     native_replay = native_sub.add_parser("replay", help="run exactly the chunks of a simulated schedule on "
@@ -507,7 +510,8 @@ def cmd_native(args) -> int:
     chunks = _output_path(args.chunks)
     trace = _output_path(args.trace, "--trace")
     result = native.run(args.scheduler, args.workload, args.threads, seed=args.seed, repeat=args.repeat,
-                        timeout_s=args.timeout, array_bytes=args.array_bytes, timeline=trace is not None)
+                        timeout_s=args.timeout, array_bytes=args.array_bytes, timeline=trace is not None,
+                        late_us=args.late_us)
     _write_chunks(result, chunks, "native")
     if trace is not None:
         from .timeline import write_trace

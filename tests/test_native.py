@@ -468,3 +468,38 @@ def test_validate_locality_prints_its_table(tmp_path):
         if row["scheduler"] == "omp-static":
             assert row["native_affinity"] == 1.0 == row["sim_affinity"]
     assert set(data["median_abs_error"]) == {"omp-static", dynamic, "hybrid"}
+
+
+@needs_native
+@pytest.mark.skipif(THREADS < 2, reason="a late worker needs two threads")
+def test_a_late_worker_holds_a_static_loop_up_by_its_delay():
+    """The last worker spins 300 us after each release: a static loop of 20 us blocks lasts at least that long."""
+    late = native.run("omp-static", "uforall:n=200,total_us=40", 2, repeat=5, late_us=300)
+    # Lower bounds only: a busy host can make any native run slower, never the late worker earlier.
+    assert late.makespan_ns >= 300e3 + 20e3
+    assert late.chunks.groupby("worker")["start"].min()[1] >= 300e3   # times count from the first loop's start
+    for bad, message in ((-1, "late_us"), (2e6, "late_us"), (True, "late_us")):
+        with pytest.raises(SimschedError, match=message):
+            native.run("omp-static", "uforall:n=20", 2, late_us=bad)
+    with pytest.raises(SimschedError, match="at least 2 threads"):
+        native.run("omp-static", "uforall:n=20", 1, late_us=5)
+
+
+@needs_native
+def test_the_noise_probe_reports_a_profile_and_calibrate_writes_it_commented_out():
+    from simsched.native.calibrate import noise_profile, noise_text
+
+    profile = noise_profile(native.cores()[:1], quantum_ns=10_000, samples=2_000)
+    assert profile["samples"] == 2_000 and profile["rate_hz"] >= 0 and 0 <= profile["share"] < 1
+    assert profile["duration_us"] >= 0 and profile["max_us"] >= 0
+    text = noise_text({**profile, "rate_hz": 100.0, "duration_us": 12.5})
+    assert "# [noise]\n# rate_hz = 100.0" in text and "# duration_us = 12.50" in text
+    # Uncommented, the section is a valid [noise] of a machine file.
+    section = "\n".join(line[2:].split("#")[0] for line in text.splitlines() if line.startswith(("# [", "# rate",
+                                                                                             "# duration")))
+    machine = load_machine("uniform:cores=2").data
+    assert "rate_hz = 100.0" in section and machine is not None
+    import tomllib
+
+    parsed = tomllib.loads(section)["noise"]
+    assert parsed == {"rate_hz": 100.0, "duration_us": 12.5, "duration": "exponential"}

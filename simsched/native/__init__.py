@@ -207,7 +207,8 @@ def kernel(footprint, rng) -> tuple:
 
 
 def run(scheduler, workload, threads: int, seed: int = 0, repeat: int = 1,
-        timeout_s: float = DEFAULT_TIMEOUT_S, array_bytes: int = 0, timeline: bool = False) -> Result:
+        timeout_s: float = DEFAULT_TIMEOUT_S, array_bytes: int = 0, timeline: bool = False,
+        late_us: float = 0.0) -> Result:
     """Run ``workload`` ``repeat`` times back to back on ``threads`` pinned threads under ``scheduler``.
 
     An iteration whose workload has a footprint (``bytes=``, or ``array_bytes`` for every
@@ -218,7 +219,9 @@ def run(scheduler, workload, threads: int, seed: int = 0, repeat: int = 1,
     The arrays are not touched before the first loop: its workers fault their pages in (first
     touch), unless ``placement=interleave`` deals the pages over the NUMA nodes. With
     ``timeline``, each worker also records when it reached and left each loop's fork and join,
-    from which ``Result.segments`` holds its sync and schedule stretches.
+    from which ``Result.segments`` holds its sync and schedule stretches. With ``late_us``, the
+    last worker spins that long after it sees each loop released before it joins in: the late
+    arrival a machine's ``[noise] late_us, late_workers = 1`` simulates.
     """
     from ..schedulers import get_scheduler
     from ..workloads import get_workload
@@ -229,16 +232,21 @@ def run(scheduler, workload, threads: int, seed: int = 0, repeat: int = 1,
     check_threads(threads)
     repeat = _check_integer("repeat", repeat, 1, MAX_REPEAT)
     timeout_s = _check_timeout(timeout_s)
+    if isinstance(late_us, bool) or not isinstance(late_us, (int, float)) or not 0 <= late_us <= 1e6:
+        raise SimschedError(f"late_us must be a number in [0, 1e6] (us), got {late_us!r}")
+    if late_us and threads < 2:
+        raise SimschedError("a late worker needs at least 2 threads (the master is never late)")
     spec = get_workload(workload)
     costs, footprint, rng = _program(spec, seed)
     memory = kernel(_footprint(spec, footprint, costs.size, array_bytes), rng)
     return execute(sched, spec.spec, threads, costs, [costs.size], repeat, seed=seed, timeout_s=timeout_s,
-                   memory=memory, timeline=timeline, rng=rng)[0]
+                   memory=memory, timeline=timeline, rng=rng, late=(threads - 1, late_us * 1e3))[0]
 
 
 def execute(sched, workload: str, threads: int, costs: np.ndarray, sizes, repeat: int, seed: int = 0,
             timeout_s: float = DEFAULT_TIMEOUT_S, memory: tuple = (), csr: tuple = (),
-            timeline: bool = False, plan: tuple | None = None, rng=None) -> tuple[Result, bytes]:
+            timeline: bool = False, plan: tuple | None = None, rng=None,
+            late: tuple[int, float] = (-1, 0.0)) -> tuple[Result, bytes]:
     """Run a program of loops of ``sizes`` iterations (``costs`` for all of them, in order) ``repeat`` times
     under the scheduler object ``sched``; each iteration runs the memory kernel (``memory``: :func:`kernel`'s
     arguments) or the CSR-row kernel (``csr``), then busy-waits its cost. Returns the Result and the CSR
@@ -247,6 +255,7 @@ def execute(sched, workload: str, threads: int, costs: np.ndarray, sizes, repeat
     With ``plan`` = (int64 (loop, lo, hi) rows by worker, int64 offsets of each worker's first row, P + 1),
     the workers run exactly those chunks in that order instead, loop by loop between full barriers.
     A scheduler with a chunk table draws it from ``rng``, the run's generator (default: one seeded with ``seed``).
+    ``late`` = (worker, ns): that worker arrives ns late at every loop.
     """
     cpus = check_threads(threads)
     sizes = np.ascontiguousarray(sizes, dtype=np.int64)
@@ -271,7 +280,7 @@ def execute(sched, workload: str, threads: int, costs: np.ndarray, sizes, repeat
         trace = _native.run(np.ascontiguousarray(costs, dtype=np.float64).tobytes(), loops, list(cpus), share,
                             barrier, fork_full, join_full, chunk, float(_check_timeout(timeout_s)), rows, offsets,
                             float(sched.params.get("eps", 0.33)), bool(timeline), *memory, sizes.tobytes(),
-                            tuple(csr))
+                            tuple(csr), int(late[0]), float(late[1]))
     except TimeoutError as exc:  # the watchdog stopped the threads
         raise SimschedError(f"{exc} (raise --timeout for longer loops)") from None
     except OSError as exc:  # mbind refused

@@ -86,6 +86,8 @@ typedef struct { run_t *run; int w; } worker_arg;
 
 struct run {
     int threads, loops, n, share, barrier, fork_full, join_full, chunk;
+    int late_worker;            /* this worker arrives late_ns after it sees each loop released (-1: none) */
+    double late_ns;
     /* The program: loop l of a run is program loop l % program, of sizes[l % program] iterations, whose
      * iteration i is the program's iteration bases[l % program] + i (costs, arrays and rows are indexed by it).
      * The master sets n and base for each loop before releasing it. */
@@ -1133,6 +1135,11 @@ static void *worker_main(void *p)
         double t = now_ns();
         if (w == 0) prepare(r, loop);
         if (r->fork_full) full_barrier(r, w, s); else release_half(r, w, s, loop);
+        if (w == r->late_worker) {   /* a late arrival: busy elsewhere for late_ns, then joins the loop */
+            double until = now_ns() + r->late_ns;
+            while (now_ns() < until)
+                ;
+        }
         double begun = now_ns();
         s->sync += begun - t;
         double compute = s->compute;
@@ -1308,10 +1315,12 @@ static PyObject *native_run(PyObject *self, PyObject *args)
     unsigned long long chase_seed = 0, interleave = 0;
     PyObject *cpu_list;
     double timeout_s;
-    if (!PyArg_ParseTuple(args, "y*iO!sspp" "id|y*y*dpy*slKKy*O!", &costs, &loops, &PyList_Type, &cpu_list,
+    int late_worker = -1;
+    double late_ns = 0.0;
+    if (!PyArg_ParseTuple(args, "y*iO!sspp" "id|y*y*dpy*slKKy*O!id", &costs, &loops, &PyList_Type, &cpu_list,
                           &share_name, &barrier_name, &fork_full, &join_full, &chunk, &timeout_s, &plan,
                           &plan_start, &eps, &timeline, &elems, &pattern_name, &line_elems, &chase_seed,
-                          &interleave, &sizes, &PyTuple_Type, &csr))
+                          &interleave, &sizes, &PyTuple_Type, &csr, &late_worker, &late_ns))
         return NULL;
     if (csr && PyTuple_GET_SIZE(csr)
         && !PyArg_ParseTuple(csr, "y*y*y*y*y*n", &indptr, &indices, &values, &x, &rows, &n_rows)) {
@@ -1377,6 +1386,8 @@ static PyObject *native_run(PyObject *self, PyObject *args)
     if (PyErr_Occurred()) goto done;
     r.threads = threads;
     r.loops = loops;
+    r.late_worker = late_ns > 0 && late_worker >= 0 && late_worker < threads ? late_worker : -1;
+    r.late_ns = late_ns;
     r.total = (long)(costs.len / (Py_ssize_t)sizeof(double));
     r.costs = costs.buf;
     one_size = r.total;
@@ -1759,6 +1770,70 @@ static PyObject *native_clock_read(PyObject *self, PyObject *noargs)
     return PyFloat_FromDouble((now_ns() - start) / reads);
 }
 
+/* ---- OS noise: fixed work quanta ------------------------------------------------------------ */
+
+typedef struct {
+    long iters, samples;
+    double *durations;
+    atomic_int finished, abort_flag;
+} quanta_t;
+
+static double quantum_work(long iters)
+{
+    volatile double x = 1.0;
+    for (long i = 0; i < iters; i++) x = x * 0.999999 + 1e-6;
+    return x;
+}
+
+static void *quanta_side(void *v)
+{
+    quanta_t *q = *(quanta_t **)v;
+    for (long i = 0; i < q->samples; i++) {
+        if (atomic_load_explicit(&q->abort_flag, memory_order_relaxed)) break;
+        double start = now_ns();
+        quantum_work(q->iters);
+        q->durations[i] = now_ns() - start;
+    }
+    atomic_fetch_add(&q->finished, 1);
+    return NULL;
+}
+
+/* quanta(cpu, quantum_ns, samples) -> (durations as float64 bytes, pinned): the same fixed work, timed again and
+ * again on one pinned thread; whatever makes a quantum longer than the undisturbed ones took the core away. */
+static PyObject *native_quanta(PyObject *self, PyObject *args)
+{
+    int cpu, pinned = 0, status;
+    double quantum_ns;
+    long samples;
+    if (!PyArg_ParseTuple(args, "idl", &cpu, &quantum_ns, &samples)) return NULL;
+    if (samples < 1 || quantum_ns <= 0) { PyErr_SetString(PyExc_ValueError, "samples and quantum must be > 0"); return NULL; }
+    quanta_t q;
+    memset(&q, 0, sizeof q);
+    /* Iterations per quantum from a timed warm-up (the fastest of a few, so an interruption cannot inflate it). */
+    long probe = 100000;
+    double best = 1e300;
+    for (int k = 0; k < 5; k++) {
+        double start = now_ns();
+        quantum_work(probe);
+        double t = now_ns() - start;
+        if (t < best) best = t;
+    }
+    q.iters = (long)(quantum_ns * probe / (best > 0 ? best : 1.0));
+    if (q.iters < 1) q.iters = 1;
+    q.samples = samples;
+    q.durations = calloc((size_t)samples, sizeof *q.durations);
+    if (!q.durations) return PyErr_NoMemory();
+    quanta_t *arg = &q;
+    Py_BEGIN_ALLOW_THREADS
+    status = run_threads(1, &cpu, quanta_side, &arg, sizeof arg, &q.finished, &q.abort_flag, 60.0, &pinned);
+    Py_END_ALLOW_THREADS
+    if (status != 0) { free(q.durations); PyErr_SetString(PyExc_TimeoutError, "the noise probe did not finish in 60 s"); return NULL; }
+    PyObject *out = Py_BuildValue("(y#O)", (const char *)q.durations, (Py_ssize_t)(samples * sizeof(double)),
+                                  pinned ? Py_True : Py_False);
+    free(q.durations);
+    return out;
+}
+
 /* ---- memory probes ----------------------------------------------------------------------- */
 
 enum { PROBE_CHASE, PROBE_STREAM, PROBE_INDEPENDENT };
@@ -1941,6 +2016,7 @@ static PyMethodDef methods[] = {
     {"fetch_add", native_fetch_add, METH_VARARGS, "Mean fetch-and-add cost with threads contending."},
     {"wakeup", native_wakeup, METH_VARARGS, "Mean wake-up latency of a thread blocked on a condition."},
     {"clock_read", native_clock_read, METH_NOARGS, "Cost of one monotonic clock read."},
+    {"quanta", native_quanta, METH_VARARGS, "Durations of a fixed work quantum timed again and again (OS noise)."},
     {"memory", native_memory, METH_VARARGS, "Memory probes: chase latency, streaming bandwidth, independent misses."},
     {NULL, NULL, 0, NULL},
 };

@@ -61,13 +61,47 @@ def measure(threads: int | None = None, rounds: int = 20000, progress=print) -> 
     # Per loop: an empty one-iteration static loop, less one chunk.
     static = run("omp-static", "uforall:n=1,cost_ns=0", 1, repeat=201)
     per_loop = statistics.median(static.loop_ns[1:])
+    progress(f"OS noise: fixed work quanta of {NOISE_QUANTUM_NS / 1e3:g} us, {NOISE_SAMPLES} per CPU")
+    noise = noise_profile(cpus)
+    progress(f"OS noise: {noise['rate_hz']:.0f} interruption(s) per second per CPU, mean {noise['duration_us']:.1f} us, "
+             f"longest {noise['max_us']:.1f} us ({noise['share']:.3%} of each CPU)")
     ghz, clock_source = _clock_ghz()
     from .memprobe import measure_hierarchy
 
     memory = measure_hierarchy(cpus, progress)
     return {"cpus": cpus, "rounds": rounds, "matrix": matrix, "fetch_add": fetch_add, "wakeup": wakeup,
             "clock_read": clock_read, "per_chunk": per_chunk, "per_loop": per_loop, "ghz": ghz,
-            "clock_source": clock_source, "memory": memory}
+            "clock_source": clock_source, "memory": memory, "noise": noise}
+
+
+# The noise probe: a fixed amount of work timed again and again on each CPU (fixed-work-quantum style).
+NOISE_QUANTUM_NS = 10_000
+NOISE_SAMPLES = 50_000
+# A quantum counts as interrupted when it runs this much over the undisturbed ones (its 10th percentile),
+# or this share over them, whichever is more: below it is clock and cache jitter, not the OS.
+NOISE_THRESHOLD_NS = 1_000
+NOISE_THRESHOLD_SHARE = 0.1
+
+
+def noise_profile(cpus: list[int], quantum_ns: float = NOISE_QUANTUM_NS, samples: int = NOISE_SAMPLES) -> dict:
+    """Interruptions per second and their mean duration, from fixed work quanta timed on each CPU in turn."""
+    from . import _native
+
+    count, lost, total, longest = 0, 0.0, 0.0, 0.0
+    for cpu in cpus:
+        raw, _ = _native.quanta(int(cpu), float(quantum_ns), int(samples))
+        durations = np.frombuffer(raw, dtype=np.float64)
+        undisturbed = float(np.percentile(durations, 10))
+        excess = durations - undisturbed
+        hit = excess > max(NOISE_THRESHOLD_NS, NOISE_THRESHOLD_SHARE * undisturbed)
+        count += int(hit.sum())
+        lost += float(excess[hit].sum())
+        total += float(durations.sum())
+        longest = max(longest, float(excess.max()))
+    rate = count / (total / 1e9) if total > 0 else 0.0   # per CPU: both sums run over every CPU
+    return {"quantum_ns": quantum_ns, "samples": samples, "rate_hz": rate,
+            "duration_us": lost / count / 1e3 if count else 0.0, "max_us": longest / 1e3,
+            "share": lost / total if total > 0 else 0.0}
 
 
 def machine_text(m: dict, command: str) -> str:
@@ -117,7 +151,21 @@ timer = {m["clock_read"]:.1f}             # one CLOCK_MONOTONIC read (the clock 
 
 [os]
 wakeup_ns = {m["wakeup"]:.0f}          # condition-variable signal until the blocked thread runs, mean of 200
-''' + hierarchy_text(m["memory"])
+''' + noise_text(m["noise"]) + hierarchy_text(m["memory"])
+
+
+def noise_text(noise: dict) -> str:
+    """The measured noise profile as a [noise] section, left commented out: simulations stay noise-free by default."""
+    return f'''
+# OS noise measured by fixed work quanta: {noise["samples"]} quanta of {noise["quantum_ns"] / 1e3:g} us on each CPU, a
+# quantum interrupted when over its CPU's 10th percentile by more than {NOISE_THRESHOLD_NS / 1e3:g} us or
+# {NOISE_THRESHOLD_SHARE:.0%}; interruptions took {noise["share"]:.3%} of each CPU, the longest {noise["max_us"]:.1f} us.
+# Uncomment the section (or run with --set noise.rate_hz=... --set noise.duration_us=...) to simulate it.
+# [noise]
+# rate_hz = {noise["rate_hz"]:.1f}       # interrupted quanta per second per CPU
+# duration_us = {noise["duration_us"]:.2f}     # mean time an interrupted quantum ran over the undisturbed ones
+# duration = "exponential"
+'''
 
 
 def calibrate(out: str | Path, threads: int | None = None, rounds: int = 20000, command: str = "",

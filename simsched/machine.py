@@ -364,7 +364,8 @@ def _validate(data: dict[str, Any], source: str) -> None:
     if _NOISE_SECTION in data:
         check_noise(data[_NOISE_SECTION], topo["sockets"] * topo["cores_per_socket"], source)
     _validate_groups(data, source)
-    _validate_core_speed(data, source)
+    if "core_speed" in data["clock"]:
+        core_speeds(data["clock"]["core_speed"], topo["sockets"] * topo["cores_per_socket"], source)
     if "matrix" not in lat:
         needed = "ring_hop" if layout == "ring" else "same_socket"
         if topo["cores_per_socket"] > 1 and needed not in lat:
@@ -417,12 +418,6 @@ def _validate_groups(data: dict[str, Any], source: str) -> None:
     if "matrix" not in lat and lat.get("same_socket", below) < below:
         raise SimschedError(f"{source}: latency_ns.same_socket = {lat['same_socket']} is below latency_ns."
                             f"{name} ({below}): latencies must grow outward")
-
-
-def _validate_core_speed(data: dict[str, Any], source: str) -> None:
-    speeds = data["clock"].get("core_speed")
-    if speeds is not None:
-        core_speeds(speeds, data["topology"]["sockets"] * data["topology"]["cores_per_socket"], source)
 
 
 def core_speeds(value: list, cores: int, source: str = "machine") -> np.ndarray:
@@ -615,10 +610,11 @@ def _ring_latency(lat, sockets: int, per: int, hops: np.ndarray) -> np.ndarray:
     around = np.minimum(around, per - around)
     inside = _added(np.zeros((per, per)), hop, around)
     to_gateway = around[:, 0]
-    # core i -> gateway (ring hops), + 0 onto the socket node, socket hops, + 0 off it, gateway -> core j.
-    out = _added(np.zeros(per), hop, to_gateway)[:, None, None] + 0.0
+    # core i -> its gateway (ring hops), the socket hops, the other gateway -> core j; the gateways' edges to
+    # their socket nodes weigh 0, which adds nothing to a sum.
+    out = _added(np.zeros(per), hop, to_gateway)[:, None, None]
     out = _added(np.broadcast_to(out, (per, *hops.shape)).copy(), float(lat.get("socket_hop", 0.0)),
-                 np.broadcast_to(hops, (per, *hops.shape))) + 0.0
+                 np.broadcast_to(hops, (per, *hops.shape)))
     # out[i, a, b]: from core i of socket a to socket b's gateway; then ring hops to core j.
     full = _added(np.broadcast_to(out[:, :, :, None], (per, sockets, sockets, per)).copy(), hop,
                   np.broadcast_to(to_gateway[None, None, None, :], (per, sockets, sockets, per)))

@@ -133,14 +133,18 @@ class Interruptions:
             self.draw(2 * end)
 
 
+def interrupting(table: dict[str, Any]) -> bool:
+    """Whether a [noise] table takes any time from the cores (ticks, or random interruptions that last)."""
+    return table.get("tick_us", 0) > 0 or (table.get("rate_hz", 0) > 0 and table.get("duration_us", 0) > 0)
+
+
 class Noise:
     """A run's noise: each worker's core's interruptions, and when each worker arrives at each loop."""
 
     def __init__(self, table: dict[str, Any], cores: list[int], rng: np.random.Generator):
         streams = rng.spawn(len(cores) + 1)
         # Each core has its own stream, so a core's interruptions are the same whichever scheduler runs.
-        interrupting = table.get("tick_us", 0) > 0 or (table.get("rate_hz", 0) > 0 and table.get("duration_us", 0) > 0)
-        self.cores = [Interruptions(stream, table) for stream in streams[:-1]] if interrupting else None
+        self.interruptions = [Interruptions(s, table) for s in streams[:-1]] if interrupting(table) else None
         self.late_rng = streams[-1]
         self.late_us = float(table.get("late_us", 0.0))
         self.late = table.get("late", "fixed")
@@ -154,13 +158,11 @@ class Noise:
     def of(cls, machine, cores: list[int], rng: np.random.Generator) -> "Noise | None":
         """The run's noise on ``machine`` (None when its [noise] has none: runs stay exactly as before)."""
         table = machine.data.get("noise", {})
-        if not any(table.get(k, 0) > 0 for k in ("tick_us", "rate_hz", "late_us")):
-            return None
-        return cls(table, cores, rng)
+        return cls(table, cores, rng) if interrupting(table) or table.get("late_us", 0) > 0 else None
 
     def finish(self, worker: int, start: float, work: float) -> float:
         """When ``worker`` ends ``work`` ns of computing begun at ``start``."""
-        return start + work if self.cores is None else self.cores[worker].finish(start, work)
+        return start + work if self.interruptions is None else self.interruptions[worker].finish(start, work)
 
     def charge(self, worker: int, start: float, work: float) -> float:
         """``finish``, for computing that happens: its interruptions count in the ``noise_ns`` counter."""

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import SimschedError
-from .burden import _successful_durations, burden_table, numeric, succeeded
+from .burden import burden_table, numeric, speedup_curves, succeeded
 
 NO_NOISE = "none"
 
@@ -21,13 +21,14 @@ def burden_by_threads(results: pd.DataFrame) -> pd.DataFrame:
 
 def winners(results: pd.DataFrame) -> pd.DataFrame:
     """The scheduler with the highest mean speedup at each (threads, loop duration), and that speedup."""
-    ok = _successful_durations(results)
-    if ok.empty:
+    curves = speedup_curves(results)
+    if not curves:
         raise SimschedError("no successful runs to rank")
-    mean = ok.groupby(["threads", "t_us", "scheduler"], sort=False)["speedup"].mean().reset_index()
+    mean = pd.concat([curve.rename("speedup").reset_index().assign(scheduler=scheduler, threads=threads)
+                      for (_, scheduler, threads), curve in curves.items()], ignore_index=True)
     best = mean.loc[mean.groupby(["threads", "t_us"])["speedup"].idxmax()]
-    return best.rename(columns={"scheduler": "best", "speedup": "best_speedup"}).sort_values(
-        ["threads", "t_us"]).reset_index(drop=True)
+    best = best.rename(columns={"scheduler": "best", "speedup": "best_speedup"})
+    return best[["threads", "t_us", "best", "best_speedup"]].sort_values(["threads", "t_us"]).reset_index(drop=True)
 
 
 def noise_label(machine: str) -> str:

@@ -63,8 +63,8 @@ def measure(threads: int | None = None, rounds: int = 20000, progress=print) -> 
     per_loop = statistics.median(static.loop_ns[1:])
     progress(f"OS noise: fixed work quanta of {NOISE_QUANTUM_NS / 1e3:g} us, {NOISE_SAMPLES} per CPU")
     noise = noise_profile(cpus)
-    progress(f"OS noise: {noise['rate_hz']:.0f} interruption(s) per second per CPU, mean {noise['duration_us']:.1f} us, "
-             f"longest {noise['max_us']:.1f} us ({noise['share']:.3%} of each CPU)")
+    progress(f"OS noise: {noise['rate_hz']:.0f} interruption(s) per second per CPU, "
+             f"mean {noise['duration_us']:.1f} us, longest {noise['max_us']:.1f} us ({noise['share']:.3%} of each CPU)")
     ghz, clock_source = _clock_ghz()
     from .memprobe import measure_hierarchy
 
@@ -157,9 +157,10 @@ wakeup_ns = {m["wakeup"]:.0f}          # condition-variable signal until the blo
 def noise_text(noise: dict) -> str:
     """The measured noise profile as a [noise] section, left commented out: simulations stay noise-free by default."""
     return f'''
-# OS noise measured by fixed work quanta: {noise["samples"]} quanta of {noise["quantum_ns"] / 1e3:g} us on each CPU, a
-# quantum interrupted when over its CPU's 10th percentile by more than {NOISE_THRESHOLD_NS / 1e3:g} us or
-# {NOISE_THRESHOLD_SHARE:.0%}; interruptions took {noise["share"]:.3%} of each CPU, the longest {noise["max_us"]:.1f} us.
+# OS noise measured by fixed work quanta: {noise["samples"]} quanta of {noise["quantum_ns"] / 1e3:g} us on each
+# CPU, a quantum interrupted when over its CPU's 10th percentile by more than {NOISE_THRESHOLD_NS / 1e3:g} us or
+# {NOISE_THRESHOLD_SHARE:.0%}; interruptions took {noise["share"]:.3%} of each CPU, the longest
+# {noise["max_us"]:.1f} us.
 # Uncomment the section (or run with --set noise.rate_hz=... --set noise.duration_us=...) to simulate it.
 # [noise]
 # rate_hz = {noise["rate_hz"]:.1f}       # interrupted quanta per second per CPU

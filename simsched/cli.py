@@ -167,6 +167,22 @@ def build_parser() -> argparse.ArgumentParser:
     native_val.add_argument("--workload", metavar="trace:path=FILE",
                             help="instead, a trace recorded by native record: its kernel natively under each "
                                  "scheduler against its recorded costs simulated")
+    native_ovh = native_sub.add_parser("overhead", help="per-loop scheduling overhead by EPCC schedbench's "
+                                                        "protocol: natively, simulated and on the host OpenMP runtime")
+    native_ovh.add_argument("--machine", default=HOST_MACHINE_FILE,
+                            help=f"calibrated machine file (default {HOST_MACHINE_FILE})")
+    native_ovh.add_argument("--threads", type=_integer, help="threads (default: the machine file's cores)")
+    native_ovh.add_argument("--iters-per-thread", type=_integer, default=128,
+                            help="iterations per thread (default 128)")
+    native_ovh.add_argument("--delay-ns", type=float, default=100.0, help="each iteration's cost (default 100 ns)")
+    native_ovh.add_argument("--outer", type=_integer, default=20, help="timed blocks (default 20)")
+    native_ovh.add_argument("--test-time-us", type=float, default=1000.0,
+                            help="each block lasts at least this long (default 1000 us)")
+    native_ovh.add_argument("--schedulers", metavar="LIST",
+                            help="scheduler specs, comma-separated as for advise (default: omp-static, then "
+                                 "omp-dynamic and omp-guided at chunk 1, 2, 4, ... up to --iters-per-thread)")
+    native_ovh.add_argument("--no-openmp", action="store_true", help="skip the host OpenMP runtime")
+    native_ovh.add_argument("--json", action="store_true", help="print a JSON list")
     native_rec = native_sub.add_parser("record", help="time a real kernel on one thread of this machine, "
                                                       "iteration by iteration, into a program trace")
     native_rec.add_argument("kernel", help="spmv (--matrix), bfs (--graph) or memory (--array-bytes)")
@@ -465,7 +481,7 @@ def cmd_native(args) -> int:
     from . import native
 
     if args.native_command is None:
-        raise SimschedError("native needs a command: run, replay, validate, calibrate or record")
+        raise SimschedError("native needs a command: run, replay, validate, overhead, calibrate or record")
     native.require()
     if args.native_command == "calibrate":
         from .native.calibrate import calibrate
@@ -480,6 +496,15 @@ def cmd_native(args) -> int:
         return _native_replay(args)
     if args.native_command == "record":
         return _native_record(args)
+    if args.native_command == "overhead":
+        from .native.overhead import format_overhead, overhead
+        from .native.validate import check_machine_file
+
+        table = overhead(check_machine_file(args.machine), args.threads, args.iters_per_thread, args.delay_ns,
+                         args.outer, args.test_time_us, _native_schedulers(args.schedulers),
+                         openmp=not args.no_openmp)
+        print(table.to_json(orient="records") if args.json else format_overhead(table))
+        return 0
     if args.native_command == "validate":
         from .native.validate import check_machine_file, format_validation, validate
 

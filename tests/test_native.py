@@ -130,10 +130,22 @@ def test_calibrate_writes_a_loadable_machine_with_plausible_values(tmp_path, cap
     assert off_diagonal.size == 0 or ((off_diagonal > 5) & (off_diagonal < 10_000)).all()
     assert 0 < machine.costs["atomic"] < 1000
     assert machine.wakeup_ns > 0
+    assert "transfer_fraction = " in text and 0.05 <= machine.transfer_fraction <= 1
     # The simulator runs on the measured machine.
     from simsched import simulate
 
     assert simulate(machine, "fg-tree", "uforall:n=100", p).makespan_ns > 0
+
+
+def test_transfer_fraction_is_the_cas_ping_pong_less_an_atomic_over_the_read_spin_one():
+    from simsched.native.calibrate import transfer_fraction
+
+    handoff = np.array([[0.0, 100.0, 200.0], [100.0, 0.0, 100.0], [200.0, 100.0, 0.0]])
+    cas = np.array([[0.0, 56.0, 86.0], [56.0, 0.0, 46.0], [86.0, 46.0, 0.0]])
+    # Per pair (56-6)/100 = 0.5, (86-6)/200 = 0.4, (46-6)/100 = 0.4: the median.
+    assert transfer_fraction(handoff, cas, 6.0) == pytest.approx(0.4)
+    assert transfer_fraction(np.zeros((1, 1)), np.zeros((1, 1)), 6.0) == 0.5  # one CPU: no pair, the default
+    assert transfer_fraction(handoff, np.full((3, 3), 6.0), 6.0) == 0.05  # never zero: a transfer costs something
 
 
 def test_calibrate_refuses_a_folder_as_output(tmp_path):

@@ -54,10 +54,11 @@ def installed(tmp_path_factory):
     return wheel, target
 
 
-def test_the_wheel_ships_the_openmp_reference(installed):
+@pytest.mark.parametrize("source", ["omp_uforall.c", "omp_schedbench.c"])
+def test_the_wheel_ships_the_openmp_references(installed, source):
     wheel, target = installed
-    assert "simsched/native/omp_uforall.c" in zipfile.ZipFile(wheel).namelist()
-    assert (target / "simsched" / "native" / "omp_uforall.c").is_file()
+    assert f"simsched/native/{source}" in zipfile.ZipFile(wheel).namelist()
+    assert (target / "simsched" / "native" / source).is_file()
 
 
 def test_the_wheel_ships_the_matrices(installed, tmp_path):

@@ -60,8 +60,10 @@ enum { BARRIER_CENTRAL, BARRIER_TREE };
 
 typedef struct { int64_t loop, lo, hi; double start, end; } chunk_rec;
 
+/* One worker's own state, on lines of its own: the workers update theirs at every chunk and loop, and a line
+ * shared with a neighbour's would travel between their cores each time (false sharing). */
 typedef struct {
-    chunk_rec *recs;
+    _Alignas(LINE) chunk_rec *recs;
     size_t count, cap;
     double compute, schedule, sync;
     long chunks, claims, failed_claims, steals, steal_attempts, d_halved, d_doubled;
@@ -99,7 +101,10 @@ struct run {
     double t0;
     double *loop_end;
     worker_state *ws;
-    atomic_int abort_flag, finished;
+    /* Every spinning worker polls abort_flag: it sits apart from the fields above, which the master rewrites
+     * for each loop. */
+    _Alignas(LINE) atomic_int abort_flag;
+    atomic_int finished;
     padded next;                /* dynamic / guided claim counter */
     padded *ranges;             /* stealing: per-worker [lo, hi) packed as lo << 32 | hi */
     padded *arrived, *released; /* tree barrier flags, one line per worker */
@@ -1337,7 +1342,8 @@ static PyObject *native_run(PyObject *self, PyObject *args)
     int threads = (int)PyList_Size(cpu_list);
     int *cpus = calloc((size_t)threads, sizeof *cpus);
     worker_arg *wargs = calloc((size_t)threads, sizeof *wargs);
-    r.ws = calloc((size_t)threads, sizeof *r.ws);
+    r.ws = aligned_alloc(LINE, (size_t)threads * sizeof *r.ws);
+    if (r.ws) memset(r.ws, 0, (size_t)threads * sizeof *r.ws);
     r.loop_end = calloc((size_t)(loops > 0 ? loops : 1), sizeof *r.loop_end);
     r.ranges = aligned_alloc(LINE, (size_t)threads * sizeof(padded));
     r.arrived = aligned_alloc(LINE, (size_t)threads * sizeof(padded));
@@ -1572,6 +1578,7 @@ done:
 typedef struct {
     padded flag;
     int rounds;
+    int handoff;   /* 1: each side spins reading the flag and then stores its move; 0: it claims it by CAS */
     double elapsed;
     atomic_int finished, abort_flag;
 } pingpong_t;
@@ -1585,6 +1592,15 @@ static void *pingpong_side(void *v)
     double start = now_ns();
     for (long i = 0; i < p->rounds; i++) {
         long mine = 2 * i + a->side, next = mine + 1;
+        if (p->handoff) {
+            /* Wait reading the flag, as a barrier's waiter does, then store our move: a write seen by a spinner. */
+            while (atomic_load_explicit(&p->flag.v, memory_order_acquire) != mine) {
+                if (atomic_load_explicit(&p->abort_flag, memory_order_relaxed)) goto out;
+                cpu_relax();
+            }
+            atomic_store_explicit(&p->flag.v, next, memory_order_release);
+            continue;
+        }
         /* Wait for the other side's move, then make ours with a compare-and-swap. */
         long expected = mine;
         while (!atomic_compare_exchange_weak(&p->flag.v, &expected, next)) {
@@ -1599,15 +1615,17 @@ out:
     return NULL;
 }
 
-/* pingpong(cpu_a, cpu_b, rounds) -> one-way latency in ns (round trip / 2) */
+/* pingpong(cpu_a, cpu_b, rounds, handoff=0) -> one-way latency in ns (round trip / 2): with handoff, of a store
+ * until the other core, spinning on reads, sees it; without, of a compare-and-swap taking the line over. */
 static PyObject *native_pingpong(PyObject *self, PyObject *args)
 {
-    int cpus[2], rounds, pinned, status;
-    if (!PyArg_ParseTuple(args, "iii", &cpus[0], &cpus[1], &rounds)) return NULL;
+    int cpus[2], rounds, pinned, status, handoff = 0;
+    if (!PyArg_ParseTuple(args, "iii|p", &cpus[0], &cpus[1], &rounds, &handoff)) return NULL;
     pingpong_t *p = aligned_alloc(LINE, sizeof *p);
     if (!p) return PyErr_NoMemory();
     memset(p, 0, sizeof *p);
     p->rounds = rounds;
+    p->handoff = handoff;
     pingpong_arg sides[2] = {{p, 0}, {p, 1}};
     Py_BEGIN_ALLOW_THREADS
     status = run_threads(2, cpus, pingpong_side, sides, sizeof sides[0], &p->finished, &p->abort_flag, 30.0, &pinned);

@@ -43,24 +43,29 @@ def measure(threads: int | None = None, rounds: int = 20000, progress=print) -> 
         raise SimschedError(f"rounds must be an integer in [1, 10000000], got {rounds!r}")
     cpus = check_threads(threads if threads is not None else len(cores()))
     p = len(cpus)
-    progress(f"ping-pong over {p * (p - 1) // 2} core pair(s), {rounds} round trips each")
-    matrix = np.zeros((p, p))
+    progress(f"ping-pong over {p * (p - 1) // 2} core pair(s), {rounds} round trips each, by store and by CAS")
+    # The model's latency is a write until a spinning reader sees it (an invalidation, then the re-fetch): what
+    # a barrier's flags cost. A compare-and-swap ping-pong instead times one line taken over by an atomic.
+    matrix, cas = np.zeros((p, p)), np.zeros((p, p))
     for a in range(p):
         for b in range(a + 1, p):
-            one_way, _ = _native.pingpong(cpus[a], cpus[b], rounds)
-            matrix[a, b] = matrix[b, a] = one_way
+            matrix[a, b] = matrix[b, a] = _native.pingpong(cpus[a], cpus[b], rounds, True)[0]
+            cas[a, b] = cas[b, a] = _native.pingpong(cpus[a], cpus[b], rounds)[0]
     progress("fetch-and-add with 1.." + str(p) + " contending threads")
     fetch_add = [_native.fetch_add(cpus[:k], 200000) for k in range(1, p + 1)]
     progress("thread wake-up latency")
     wakeup = _native.wakeup(cpus[0], cpus[-1], 200) if p > 1 else _native.wakeup(cpus[0], cpus[0], 200)
     clock_read = _native.clock_read()
     progress("loop and chunk overheads on one thread")
-    # Per chunk: one thread claims 20,000 empty one-iteration chunks; less the uncontended atomic.
-    dynamic = run("omp-dynamic:chunk=1", "uforall:n=20000,cost_ns=0", 1, repeat=5)
-    per_chunk = statistics.median(dynamic.loop_ns[1:]) / 20000
-    # Per loop: an empty one-iteration static loop, less one chunk.
-    static = run("omp-static", "uforall:n=1,cost_ns=0", 1, repeat=201)
-    per_loop = statistics.median(static.loop_ns[1:])
+    # Per chunk: one thread claims 20,000 one-iteration chunks, less their work (and, below, the uncontended
+    # atomic). The iterations busy-wait, as every iteration with a cost does: a chunk of them ends a clock read
+    # or so past its deadline, which a chunk of empty iterations never pays.
+    work = f"cost_ns={CHUNK_PROBE_NS:g}"
+    dynamic = run("omp-dynamic:chunk=1", f"uforall:n=20000,{work}", 1, repeat=5)
+    per_chunk = statistics.median(dynamic.loop_ns[1:]) / 20000 - CHUNK_PROBE_NS
+    # Per loop: a one-iteration static loop, less its work (and, below, one chunk).
+    static = run("omp-static", f"uforall:n=1,{work}", 1, repeat=201)
+    per_loop = statistics.median(static.loop_ns[1:]) - CHUNK_PROBE_NS
     progress(f"OS noise: fixed work quanta of {NOISE_QUANTUM_NS / 1e3:g} us, {NOISE_SAMPLES} per CPU")
     noise = noise_profile(cpus)
     progress(f"OS noise: {noise['rate_hz']:.0f} interruption(s) per second per CPU, "
@@ -69,10 +74,27 @@ def measure(threads: int | None = None, rounds: int = 20000, progress=print) -> 
     from .memprobe import measure_hierarchy
 
     memory = measure_hierarchy(cpus, progress)
-    return {"cpus": cpus, "rounds": rounds, "matrix": matrix, "fetch_add": fetch_add, "wakeup": wakeup,
+    return {"cpus": cpus, "rounds": rounds, "matrix": matrix, "cas": cas, "fetch_add": fetch_add, "wakeup": wakeup,
             "clock_read": clock_read, "per_chunk": per_chunk, "per_loop": per_loop, "ghz": ghz,
             "clock_source": clock_source, "memory": memory, "noise": noise}
 
+
+def transfer_fraction(handoff: np.ndarray, cas: np.ndarray, atomic: float) -> float:
+    """One line transfer as a share of the one-way latency, from the two ping-pongs of each pair of CPUs.
+
+    A compare-and-swap ping-pong's one way is the line taken over by an atomic, one transfer
+    and the atomic itself; the read-spin ping-pong's, an invalidation and a re-fetch. The
+    simulator's default (0.5) where one CPU gives no pair.
+    """
+    pairs = ~np.eye(handoff.shape[0], dtype=bool)
+    if not pairs.any():
+        return 0.5
+    shares = (cas[pairs] - atomic) / handoff[pairs]
+    return float(np.clip(np.median(shares), 0.05, 1.0))
+
+
+# The work of each iteration of the chunk and loop probes: EPCC schedbench's default delay.
+CHUNK_PROBE_NS = 100.0
 
 # The noise probe: a fixed amount of work timed again and again on each CPU (fixed-work-quantum style).
 NOISE_QUANTUM_NS = 10_000
@@ -113,7 +135,9 @@ def machine_text(m: dict, command: str) -> str:
     # Contention: each extra thread on one line adds about one line hand-over per operation.
     serve = max((m["fetch_add"][-1] - atomic) / (p - 1), 0.0) if p > 1 else 0.0
     chunk = max(m["per_chunk"] - atomic, 0.0)
+    fraction = transfer_fraction(m["matrix"], m["cas"], atomic)
     loop_setup = max(m["per_loop"] - m["per_chunk"], 0.0)
+    probe = f"{CHUNK_PROBE_NS:g}"
     rows = ",\n".join("    [" + ", ".join(f"{x:.1f}" for x in row) + "]" for row in m["matrix"])
     curve = ", ".join(f"{x:.1f}" for x in m["fetch_add"])
     return f'''# Measured by `{command}` on {host}, {when}, on CPUs {m["cpus"]}.
@@ -130,11 +154,13 @@ threads_per_core = 1
 base_ghz = {m["ghz"]:.3f}          # {m["clock_source"]}
 
 [latency_ns]
-# One-way latency by compare-and-swap ping-pong between two pinned threads, round trip / 2,
-# {m["rounds"]} round trips per pair (the diagonal is the same core).
+# One-way latency by ping-pong between two pinned threads, each spinning on reads of one line until the
+# other's store shows, then storing its reply: round trip / 2, {m["rounds"]} round trips per pair (the
+# diagonal is the same core).
 matrix = [
 {rows},
 ]
+transfer_fraction = {fraction:.3f}   # median over pairs of (compare-and-swap ping-pong one-way - atomic) / the above
 
 [coherence]
 protocol = "snoop"
@@ -143,8 +169,11 @@ serve_ns = {serve:.2f}          # (fetch-and-add with all {p} threads contending
 [costs_ns]
 atomic = {atomic:.2f}            # uncontended fetch-and-add, 200,000 in a row on one thread
 store = 1.0                # assumed, not measured: a store retires into the store buffer in about a cycle
-loop_setup = {loop_setup:.1f}        # median native empty one-iteration omp-static loop on one thread, less a chunk
-chunk = {chunk:.1f}             # median native per-chunk time of omp-dynamic chunk=1 on one thread, less an atomic
+# loop_setup: the median native omp-static loop of one {probe} ns iteration on one thread, less the iteration
+# and a chunk; chunk: the median native omp-dynamic chunk=1 chunk of one {probe} ns iteration on one thread,
+# less the iteration and an atomic (a chunk of busy-waited iterations ends a clock read or so past its deadline)
+loop_setup = {loop_setup:.1f}
+chunk = {chunk:.1f}
 combine = 1.0              # assumed, not measured: combining two partial results is an add or two
 timer = {m["clock_read"]:.1f}             # one CLOCK_MONOTONIC read (the clock the native runtime times chunks with), mean of 10^6
 # fetch-and-add ns per operation with 1..{p} contending threads: [{curve}]

@@ -102,3 +102,10 @@ def test_a_block_longer_than_the_runtime_allows_is_refused():
     with pytest.raises(SimschedError, match="loops per run"):
         overhead(MACHINE, THREADS, iters_per_thread=1, delay_ns=0.0, outer=1000, test_time_us=1e7,
                  schedulers=["omp-static"], openmp=False)
+
+
+def test_a_missing_openmp_reference_is_a_broken_install_not_a_missing_compiler(tmp_path):
+    from simsched.native import openmp
+
+    with pytest.raises(SimschedError, match="missing from this install"):
+        openmp.build("omp_absent", tmp_path)

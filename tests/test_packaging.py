@@ -13,15 +13,16 @@ from pathlib import Path
 import pytest
 
 import simsched.native as native
-from simsched.native.validate import OPENMP_SOURCE
+from simsched.native import openmp
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_openmp_reference_resolves_inside_the_package():
-    package = Path(native.__file__).resolve().parent
-    assert OPENMP_SOURCE.parent == package and OPENMP_SOURCE.is_file()
-    assert "#pragma omp parallel" in OPENMP_SOURCE.read_text()
+@pytest.mark.parametrize("name", ["omp_uforall", "omp_schedbench"])
+def test_the_openmp_references_resolve_inside_the_package(name):
+    source = openmp.HERE / f"{name}.c"
+    assert openmp.HERE == Path(native.__file__).resolve().parent and source.is_file()
+    assert "#pragma omp parallel" in source.read_text()
 
 
 def _openmp_compiler() -> bool:

@@ -12,11 +12,8 @@ reference is ``iters_per_thread x delay_ns``; the OpenMP program measures its ow
 from __future__ import annotations
 
 import math
-import os
-import shutil
 import subprocess
 import tempfile
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -25,9 +22,8 @@ from ..engine import simulate
 from ..errors import SimschedError
 from ..machine import load_machine
 from ..host import HOST_MACHINE_FILE
-from . import MAX_REPEAT, _check_integer, check_threads, require, run
+from . import MAX_REPEAT, _check_integer, check_threads, openmp, require, run
 
-OPENMP_SOURCE = Path(__file__).resolve().parent / "omp_schedbench.c"
 CONF95 = 1.96
 # The loop the simulation averages over, after its first (which starts from cold workers).
 SIMULATED_LOOPS = 10
@@ -75,21 +71,12 @@ def native_blocks(spec: str, workload: str, threads: int, outer: int,
 def openmp_blocks(threads: int, iters_per_thread: int, delay_ns: float, outer: int, test_time_us: float,
                   schedules) -> dict | None:
     """Per (kind, chunk): the host OpenMP runtime's (reference, test) block times in us; None without OpenMP."""
-    if not OPENMP_SOURCE.is_file():
-        raise SimschedError(f"the OpenMP reference {OPENMP_SOURCE} is missing from this install "
-                            "(reinstall simsched, or pass --no-openmp)")
-    compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
-    if compiler is None:
-        return None
     out = {}
     with tempfile.TemporaryDirectory() as folder:
-        binary = Path(folder) / "omp_schedbench"
-        built = subprocess.run([compiler, "-O2", "-fopenmp", str(OPENMP_SOURCE), "-o", str(binary)],
-                               capture_output=True, text=True)
-        if built.returncode != 0:
+        binary = openmp.build("omp_schedbench", folder)
+        if binary is None:
             return None
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": "active",
-               "OMP_PROC_BIND": "close", "OMP_PLACES": "threads"}
+        env = openmp.environment(threads)
         for kind, chunk in schedules:
             done = subprocess.run([str(binary), str(iters_per_thread), f"{delay_ns:.3f}", str(outer),
                                    f"{test_time_us:g}", kind, str(chunk)],

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -16,10 +14,8 @@ from ..engine import simulate
 from ..errors import SimschedError
 from ..machine import load_machine
 from ..host import HOST_MACHINE_FILE
-from . import NATIVE, _check_integer, check_threads, require, run
+from . import NATIVE, _check_integer, check_threads, openmp, require, run
 
-# Shipped as package data, so the reference builds after a plain install too.
-OPENMP_SOURCE = Path(__file__).resolve().parent / "omp_uforall.c"
 
 
 def durations_us(points: int, low_us: float = 1.0, high_us: float = 1000.0) -> np.ndarray:
@@ -49,20 +45,11 @@ def median_ci(loop_ns) -> tuple[float, float]:
 
 def openmp_times(threads: int, n: int, t_us: np.ndarray, repeat: int) -> np.ndarray | None:
     """Median loop ns of the host OpenMP runtime's static schedule per T, or None without an OpenMP compiler."""
-    if not OPENMP_SOURCE.is_file():  # a broken install, not a missing compiler: say so rather than skip
-        raise SimschedError(f"the OpenMP reference {OPENMP_SOURCE} is missing from this install "
-                            "(reinstall simsched, or pass --no-openmp)")
-    compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
-    if compiler is None:
-        return None
     with tempfile.TemporaryDirectory() as folder:
-        binary = Path(folder) / "omp_uforall"
-        built = subprocess.run([compiler, "-O2", "-fopenmp", str(OPENMP_SOURCE), "-o", str(binary)],
-                               capture_output=True, text=True)
-        if built.returncode != 0:
+        binary = openmp.build("omp_uforall", folder)
+        if binary is None:
             return None
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": "active",
-               "OMP_PROC_BIND": "close", "OMP_PLACES": "threads"}
+        env = openmp.environment(threads)
         medians = []
         for t in t_us:
             out = subprocess.run([str(binary), str(n), f"{t * 1e3 / n:.3f}", str(repeat + 1), "static"],

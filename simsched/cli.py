@@ -183,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  "omp-dynamic and omp-guided at chunk 1, 2, 4, ... up to --iters-per-thread)")
     native_ovh.add_argument("--no-openmp", action="store_true", help="skip the host OpenMP runtime")
     native_ovh.add_argument("--json", action="store_true", help="print a JSON list")
+    native_ovh.add_argument("--plot", metavar="FILE.png", help="also draw overhead against chunk size")
     native_rec = native_sub.add_parser("record", help="time a real kernel on one thread of this machine, "
                                                       "iteration by iteration, into a program trace")
     native_rec.add_argument("kernel", help="spmv (--matrix), bfs (--graph) or memory (--array-bytes)")
@@ -500,10 +501,19 @@ def cmd_native(args) -> int:
         from .native.overhead import format_overhead, overhead
         from .native.validate import check_machine_file
 
+        from .output import check_output, image_path
+
+        # A plot that cannot be written is refused before anything is measured.
+        plot = image_path(check_output(Path(args.plot), "--plot"), "--plot") if args.plot is not None else None
         table = overhead(check_machine_file(args.machine), args.threads, args.iters_per_thread, args.delay_ns,
                          args.outer, args.test_time_us, _native_schedulers(args.schedulers),
                          openmp=not args.no_openmp)
         print(table.to_json(orient="records") if args.json else format_overhead(table))
+        if plot is not None:
+            from .native.overhead import plot_overhead
+            from .output import save_figure
+
+            save_figure(plot_overhead(table), plot, "--plot")
         return 0
     if args.native_command == "validate":
         from .native.validate import check_machine_file, format_validation, validate

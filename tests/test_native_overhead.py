@@ -13,7 +13,7 @@ import simsched.native as native
 from simsched import SimschedError, simulate
 from simsched.cli import main
 from simsched.native.overhead import (SIMULATED_LOOPS, block_stats, default_schedulers, format_overhead,
-                                      openmp_schedule, overhead)
+                                      openmp_schedule, overhead, plot_overhead)
 
 needs_native = pytest.mark.skipif(not native.available(), reason="native runtime not built")
 MACHINE = Path(__file__).resolve().parent.parent / "machines" / "haswell-e5-2695v3.toml"
@@ -41,8 +41,8 @@ def test_block_statistics_are_schedbenchs():
     assert stats["sd_us"] == pytest.approx(np.sqrt(5 / 3))  # the sample deviation, n - 1 in the denominator
 
 
-def test_the_table_counts_the_rows_within_15_percent():
-    rows = [{"scheduler": "omp-static", "threads": 2, "iters_per_thread": 128, "delay_ns": 100.0,
+def table_rows():
+    return [{"scheduler": "omp-static", "threads": 2, "iters_per_thread": 128, "delay_ns": 100.0,
              "loops_per_block": 70, "native_us": 1.0, "native_mean_us": 1.1, "native_ci_us": 0.2, "sim_us": 0.9,
              "native_loop_us": 0.75,
              "error": -0.1, "openmp_us": 2.0, "openmp_mean_us": 2.5, "openmp_ci_us": 1.0},
@@ -50,7 +50,10 @@ def test_the_table_counts_the_rows_within_15_percent():
              "loops_per_block": 70, "native_us": 1.0, "native_mean_us": 1.0, "native_ci_us": 0.1, "sim_us": 0.5,
              "native_loop_us": 0.8,
              "error": -0.5, "openmp_us": None, "openmp_mean_us": None, "openmp_ci_us": None}]
-    text = format_overhead(pd.DataFrame(rows))
+
+
+def test_the_table_counts_the_rows_within_15_percent():
+    text = format_overhead(pd.DataFrame(table_rows()))
     assert "2.500 +/- 1.000" in text and "0.750" in text and "-10.0%" in text and "-50.0%" in text
     assert "median |error| 30.0%, largest 50.0%, 1 of 2 within 15%" in text
 
@@ -73,12 +76,13 @@ def test_overhead_measures_natively_and_simulates_the_same_loop():
 
 
 @needs_native
-def test_overhead_prints_json_rows(capsys):
+def test_overhead_prints_json_rows_and_draws_them(tmp_path, capsys):
     assert main(["native", "overhead", "--machine", str(MACHINE), "--threads", str(THREADS), "--iters-per-thread",
                  "4", "--outer", "2", "--test-time-us", "50", "--schedulers", "omp-guided:chunk=2", "--no-openmp",
-                 "--json"]) == 0
+                 "--json", "--plot", str(tmp_path / "overhead.png")]) == 0
     [row] = json.loads(capsys.readouterr().out)
     assert row["scheduler"] == "omp-guided:chunk=2" and row["openmp_us"] is None and row["delay_ns"] == 100.0
+    assert (tmp_path / "overhead.png").read_bytes()[:4] == b"\x89PNG"
 
 
 @needs_native
@@ -109,3 +113,23 @@ def test_a_missing_openmp_reference_is_a_broken_install_not_a_missing_compiler(t
 
     with pytest.raises(SimschedError, match="missing from this install"):
         openmp.build("omp_absent", tmp_path)
+
+
+def test_the_plot_draws_dynamic_and_guided_against_chunk_with_static_as_lines():
+    rows = table_rows()[:1] + [dict(table_rows()[0], scheduler=f"omp-{kind}:chunk={c}", native_us=c, sim_us=c / 2)
+                               for kind in ("dynamic", "guided") for c in (1, 2, 4)]
+    fig = plot_overhead(pd.DataFrame(rows))
+    dynamic, guided = fig.axes
+    assert dynamic.get_title() == "omp-dynamic" and guided.get_title() == "omp-guided"
+    simulated = [line for line in dynamic.get_lines() if line.get_label() == "simulated"][0]
+    assert list(simulated.get_xdata()) == [1, 2, 4] and list(simulated.get_ydata()) == [0.5, 1.0, 2.0]
+    # omp-static's native and simulated overheads as flat lines in each panel.
+    assert {line.get_label() for line in guided.get_lines()} >= {"static: native", "static: simulated"}
+
+
+@needs_native
+def test_a_plot_that_cannot_be_written_is_refused_before_measuring(tmp_path, capsys):
+    assert main(["native", "overhead", "--machine", str(MACHINE), "--no-openmp",
+                 "--plot", str(tmp_path / "absent" / "o.png")]) == 2
+    err = capsys.readouterr().err
+    assert "--plot: folder" in err and err.count("\n") == 1

@@ -168,3 +168,50 @@ def format_overhead(table: pd.DataFrame) -> str:
             lines.append(f"median |error| {100 * errors.median():.1f}%, largest {100 * errors.max():.1f}%, "
                          f"{int((errors <= 0.15).sum())} of {len(errors)} within 15%")
     return "\n".join(lines)
+
+
+def plot_overhead(table: pd.DataFrame):
+    """Overhead against chunk size, a panel each for omp-dynamic and omp-guided (omp-static as flat lines).
+
+    Each panel shows the host OpenMP runtime, the native runtime (the median over the blocks,
+    and the median single loop) and the simulation. Other schedulers of the table are not drawn.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..schedulers import get_scheduler
+
+    kinds = {"omp-dynamic": "dynamic", "omp-guided": "guided"}
+    rows = table.assign(name=[get_scheduler(s).name for s in table["scheduler"]],
+                        chunk=[get_scheduler(s).params.get("chunk") for s in table["scheduler"]])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
+    static = rows[rows["name"] == "omp-static"]
+    for ax, (name, kind) in zip(axes, kinds.items()):
+        mine = rows[rows["name"] == name].sort_values("chunk")
+        x = mine["chunk"].to_numpy(dtype=float)
+        if mine["openmp_us"].notna().any():
+            ax.plot(x, mine["openmp_us"].to_numpy(dtype=float), "s-", color="0.45", label=f"OpenMP runtime, {kind}")
+        ax.plot(x, mine["native_us"].to_numpy(dtype=float), "o-", color="tab:blue", label="native (blocks)")
+        ax.plot(x, mine["native_loop_us"].to_numpy(dtype=float), "o--", color="tab:blue", mfc="none",
+                label="native (one loop)")
+        ax.plot(x, mine["sim_us"].to_numpy(dtype=float), "^-", color="tab:orange", label="simulated")
+        for _, row in static.iterrows():
+            ax.axhline(row["native_us"], color="tab:blue", linestyle=":", linewidth=1, label="static: native")
+            ax.axhline(row["sim_us"], color="tab:orange", linestyle=":", linewidth=1, label="static: simulated")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        if len(x):
+            ax.set_xticks(x, [str(int(c)) for c in x])
+        ax.set_xlabel("chunk (iterations)")
+        ax.set_title(name)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("per-loop overhead (us)")
+    if len(table):
+        first = table.iloc[0]
+        fig.suptitle(f"{first['iters_per_thread']} iterations per thread of {first['delay_ns']:g} ns on "
+                     f"{first['threads']} thread(s), EPCC schedbench's protocol", fontsize=10)
+    fig.tight_layout()
+    return fig

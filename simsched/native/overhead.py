@@ -184,8 +184,8 @@ def plot_overhead(table: pd.DataFrame):
     from ..schedulers import get_scheduler
 
     kinds = {"omp-dynamic": "dynamic", "omp-guided": "guided"}
-    rows = table.assign(name=[get_scheduler(s).name for s in table["scheduler"]],
-                        chunk=[get_scheduler(s).params.get("chunk") for s in table["scheduler"]])
+    scheds = [get_scheduler(spec) for spec in table["scheduler"]]
+    rows = table.assign(name=[s.name for s in scheds], chunk=[s.params.get("chunk") for s in scheds])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
     static = rows[rows["name"] == "omp-static"]
     for ax, (name, kind) in zip(axes, kinds.items()):

@@ -176,7 +176,7 @@ class LoopTasks(Scheduler):
             fire_at(sim.env, self.done, sim.env.now)
             return
         while not self.finished:
-            if sim.noise is not None:
+            if sim.noise is not None:  # no generator per attempt in the runs without noise
                 yield from sim.arrive(w)
             task = yield from self.find_work(sim, w)
             if task is not None:

@@ -88,7 +88,7 @@ class WorkStealing(Scheduler):
                 work = yield from self.strand(sim, w, *work)
                 failures = 0
                 continue
-            if sim.noise is not None:
+            if sim.noise is not None:  # no generator per attempt in the runs without noise
                 yield from sim.arrive(w)
             work = yield from self.steal(sim, w)
             if work is None:

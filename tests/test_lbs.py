@@ -87,13 +87,13 @@ def test_two_workers_exact_claim_sequence():
     r = simulate("cell-qs22", "lbs", "uforall:n=4,cost_ns=1000000", 2)
     table = [tuple(row) for row in r.chunks[["worker", "lo", "hi"]].itertuples(index=False)]
     assert sorted(table) == [(0, 0, 1), (0, 1, 2), (1, 2, 3), (1, 3, 4)]
-    # Worker 0: loop setup 47, task 33, dispatch 8, own check 0, split 16, task 33, push: lock 50 + store 10
-    # + unlock 10 = 207 ns. The steal empties its queue: it stops at the first iteration boundary after
+    # Worker 0: loop setup 47, task 33, dispatch 8, own check 0, split 16, task 33, push: lock 50 + store 4
+    # + unlock 4 = 195 ns. The steal empties its queue: it stops at the first iteration boundary after
     # seeing that, 1 ms later, re-checks (one 41 ns transfer of the line worker 1 wrote) and runs the last
     # iteration unsplit (one left).
     w0 = r.chunks[r.chunks["worker"] == 0].sort_values("lo")
-    assert w0["start"].tolist() == [207.0, 1_000_248.0]
-    assert w0["end"].tolist() == [1_000_207.0, 2_000_248.0]
+    assert w0["start"].tolist() == [195.0, 1_000_236.0]
+    assert w0["end"].tolist() == [1_000_195.0, 2_000_236.0]
     assert r.counters["tasks_created"] == 3 and r.counters["splits"] == 2 and r.counters["steals"] == 1
     # Worker 0 ran 2 iterations of the root task: 1 serialized; worker 1's two tasks ran 1 each.
     assert r.counters["iterations_serialized"] == 1

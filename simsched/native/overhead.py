@@ -29,9 +29,9 @@ CONF95 = 1.96
 SIMULATED_LOOPS = 10
 
 
-def default_schedulers(iters_per_thread: int, chunks=None) -> list[str]:
+def default_schedulers(iters_per_thread: int) -> list[str]:
     """omp-static, then omp-dynamic and omp-guided at chunk 1, 2, 4, ... up to ``iters_per_thread``."""
-    chunks = chunks or [2**k for k in range(int(math.log2(iters_per_thread)) + 1)]
+    chunks = [2**k for k in range(int(math.log2(iters_per_thread)) + 1)]
     return ["omp-static"] + [f"omp-{kind}:chunk={c}" for kind in ("dynamic", "guided") for c in chunks]
 
 

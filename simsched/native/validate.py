@@ -17,7 +17,6 @@ from ..host import HOST_MACHINE_FILE
 from . import NATIVE, _check_integer, check_threads, openmp, require, run
 
 
-
 def durations_us(points: int, low_us: float = 1.0, high_us: float = 1000.0) -> np.ndarray:
     """The loop durations T of the sweep, log-spaced."""
     return np.logspace(np.log10(low_us), np.log10(high_us), points)

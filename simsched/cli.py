@@ -347,7 +347,9 @@ def cmd_sweep(args) -> int:
     wall = frame["wall_s"].sum()
     before = frame.attrs["saved_before"]
     print(f"{experiment.name}: {len(frame)} runs ({failed} failed), {wall:.1f} s of simulation -> {table_path}")
-    print(f"  {before} already saved, {len(experiment.points) - before - lost} run now")
+    reused = frame.attrs["reused"]
+    print(f"  {before} already saved, {len(experiment.points) - before - lost - reused} run now"
+          + (f", {reused} copied from another seed's run, which drew nothing from its generator" if reused else ""))
     if failed:
         first = frame[frame["error"] != ""].iloc[0]
         print(f"simsched: {failed} of {len(frame)} points failed; their errors are in the 'error' column of "

@@ -39,6 +39,8 @@ class Simulation:
     def __init__(self, machine: Machine, threads: int, loops: Sequence[Loop] = (), seed: int = 0,
                  keep_chunks: bool = True, timeline: bool = False):
         self.rng = run_generator(seed)
+        # Its state before anything draws: a run that leaves it so gives the same result for every seed.
+        self._rng_start = self.rng.bit_generator.state
         self.machine = machine
         self.threads = machine.check_threads(threads)
         self.seed = seed
@@ -317,6 +319,7 @@ class Simulation:
             events=next(env._eid),  # SimPy numbers every scheduled event
             segments=None if self.segments is None else segment_table(self.segments, makespan),
             affinity=self._chunks.affinity.result() if self._chunks.affinity is not None else None,
+            seed_independent=self.rng.bit_generator.state == self._rng_start,
         )
 
 

@@ -43,6 +43,8 @@ class Result:
     # For a program of several loops: {"per_loop": [None, a1, a2, ...], "overall": a}, a_i the share of
     # iterations j of loop i run by the worker that ran iteration j of loop i - 1 (affinity.py); else None.
     affinity: dict | None = None
+    # Whether the run drew nothing from its generator: every seed then gives this same result.
+    seed_independent: bool = False
 
     def __post_init__(self, chunks):
         self._chunks = chunks

@@ -23,6 +23,7 @@ import pandas as pd
 from . import __version__
 from .errors import Interrupted, SimschedError, parquet
 from .spec import format_spec, parse_spec
+from .store import point_id
 
 AXES = ("machine", "scheduler", "threads", "workload", "seed", "repeat")
 _SECTIONS = {"experiment", "grid", "fit", "rank", "breakdown", "affinity", "apps", "peers"}
@@ -354,7 +355,8 @@ def run_point(point: dict[str, Any]) -> dict[str, Any]:
                           seed=point["seed"], repeat=point["repeat"], keep_chunks=False)
         row.update(makespan_ns=result.makespan_ns, sequential_ns=result.sequential_ns,
                    speedup=result.speedup, chunks=result.chunk_count, events=result.events,
-                   affinity=result.affinity["overall"] if result.affinity else None)
+                   affinity=result.affinity["overall"] if result.affinity else None,
+                   seed_independent=result.seed_independent, reused_from="")
         for cls, ns in result.loop_ns_by_class().items():
             row[f"loop_{cls}_ns"] = ns  # loop time per class of named loops (the app workloads' fine, coarse, once)
         for state, ns in result.state_totals.items():
@@ -380,7 +382,7 @@ def run_sweep(experiment: Experiment, jobs: int | None = None, progress: bool = 
     SIGINT and SIGTERM stop the sweep with :class:`Interrupted` once the finished rows are saved.
     """
     from .pool import open_pool
-    from .store import ResultsFolder, experiment_fingerprint, point_id
+    from .store import ResultsFolder, experiment_fingerprint
 
     if jobs is None:
         jobs = os.cpu_count() or 1
@@ -398,23 +400,31 @@ def run_sweep(experiment: Experiment, jobs: int | None = None, progress: bool = 
                 if not (retry_failed and row.get("error"))}
     todo = [i for i, key in enumerate(ids) if key not in done]
     journal = folder.open_journal() if folder is not None else None
-    bar = _progress(len(points), experiment.name, progress, initial=len(points) - len(todo))
+    saved_before = len(points) - len(todo)
+    bar = _progress(len(points), experiment.name, progress, initial=saved_before)
     interrupted: Interrupted | None = None
-    lost = 0
+    lost = reused = 0
     pool = None
+
+    def keep(row: dict[str, Any]) -> None:
+        nonlocal reused
+        reused += bool(row.get("reused_from"))
+        bar.update(1)
+        done[row["point_id"]] = row
+        if journal is not None:
+            journal.record(row)
     try:
         with _signals_interrupt():
             with _signals_held():
                 pool = open_pool(jobs, dask)
-            for k, row in pool.run(run_point, [points[i] for i in todo]):
-                bar.update(1)
-                if row is None:
-                    lost += 1
-                    continue
-                row = {"point_id": ids[todo[k]], **row}
-                done[row["point_id"]] = row
-                if journal is not None:
-                    journal.record(row)
+            while todo:
+                batch, todo = _next_batch(points, ids, todo, done, keep)
+                for k, row in pool.run(run_point, [points[i] for i in batch]):
+                    if row is None:
+                        bar.update(1)
+                        lost += 1
+                        continue
+                    keep({"point_id": ids[batch[k]], **row})
     except Interrupted as exc:
         interrupted = exc
     finally:
@@ -427,13 +437,51 @@ def run_sweep(experiment: Experiment, jobs: int | None = None, progress: bool = 
         done = folder.finished()  # the rows exactly as saved, so a resumed sweep equals a fresh one
     frame = pd.DataFrame([done[k] for k in ids if k in done])
     frame.insert(0, "experiment", experiment.name)
-    frame.attrs.update(points=len(points), saved_before=len(points) - len(todo), lost=lost)
+    frame.attrs.update(points=len(points), saved_before=saved_before, lost=lost, reused=reused)
     if folder is not None:
         frame.attrs["table"] = write_table(frame, folder.path / f"results.{fmt}")
     if interrupted is not None:
         interrupted.frame = frame
         raise interrupted
     return frame
+
+
+def _next_batch(points, ids, todo, done, keep):
+    """The points to simulate next, and those left for later, after copying what a seed cannot change.
+
+    Points that differ only in their seed form a group. A run that drew nothing from its
+    generator gives the same result for every seed, so once one seed of a group has run
+    that way, ``keep`` receives a copy of its row for each other seed, marked ``reused_from``.
+    Until then, only one seed of an untried group is simulated; the rest wait for its answer.
+    """
+    groups: dict[str, list[int]] = {}
+    for i in todo:
+        groups.setdefault(point_id({k: v for k, v in points[i].items() if k != "seed"}), []).append(i)
+    tried: dict[str, dict[str, Any]] = {}   # per group, a finished row: one that holds for every seed if any
+    for i, key in enumerate(ids):
+        row = done.get(key)
+        if row is not None:
+            group = point_id({k: v for k, v in points[i].items() if k != "seed"})
+            if group in groups and (group not in tried or _holds_for_every_seed(row)):
+                tried[group] = row
+    batch, later = [], []
+    for group, members in groups.items():
+        source = tried.get(group)
+        if source is None:
+            batch.append(members[0])
+            later.extend(members[1:])
+        elif _holds_for_every_seed(source):
+            for i in members:
+                keep({**source, "point_id": ids[i], "seed": points[i]["seed"], "wall_s": 0.0,
+                      "reused_from": source.get("reused_from") or source["point_id"]})
+        else:
+            batch.extend(members)
+    return sorted(batch), sorted(later)
+
+
+def _holds_for_every_seed(row: dict[str, Any]) -> bool:
+    """Whether a finished row's run drew nothing from its generator (rows saved before this was recorded: no)."""
+    return not row.get("error") and row.get("seed_independent") is True
 
 
 @contextmanager

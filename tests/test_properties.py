@@ -225,6 +225,28 @@ def test_deterministic(scheduler, mt, workload, seed):
 
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mt=machine_and_threads(), workload=st.one_of(cost_lists, spec_workloads), seed=seeds, other=seeds)
+def test_a_run_that_draws_nothing_from_its_generator_is_the_same_for_every_seed(scheduler, mt, workload, seed,
+                                                                                other):
+    """What lets a sweep simulate such a point once for all its seeds: the seed reaches a run only as its generator."""
+    machine, threads = mt
+    first = simulate(machine, scheduler, workload, threads, seed=seed)
+    drawn_costs = isinstance(workload, str) and not workload.startswith(("uforall:", "linear:"))
+    if drawn_costs:
+        assert not first.seed_independent
+    if not first.seed_independent:
+        return
+    second = simulate(machine, scheduler, workload, threads, seed=other)
+    assert second.seed_independent
+    pd.testing.assert_frame_equal(first.chunks, second.chunks, check_exact=True)
+    assert (first.makespan_ns, first.sequential_ns, first.counters, first.events) == \
+        (second.makespan_ns, second.sequential_ns, second.counters, second.events)
+    for state in first.state_ns:
+        np.testing.assert_array_equal(first.state_ns[state], second.state_ns[state])
+
+
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mt=machine_and_threads(), workload=workloads, seed=seeds, repeat=st.integers(2, 3))
 def test_repeat_covers_each_loop_once(scheduler, mt, workload, seed, repeat):
     """(e) With repeat=r the chunk table holds r loops, each covered exactly once, and all invariants hold."""

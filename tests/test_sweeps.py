@@ -324,3 +324,53 @@ def test_resuming_points_of_another_simsched_version_says_so(tmp_path):
     assert again.returncode == 0
     assert again.stderr.startswith("simsched: warning: results/small: resuming points saved by simsched 0.0.0-")
     assert again.stderr.count("\n") == 1
+
+
+REUSE = """\
+[experiment]
+name = "reuse"
+
+[grid]
+machine = "cell-qs22"
+scheduler = ["cellss", "lbs"]
+threads = 4
+workload = "uforall:n=200,cost_ns=1000"
+seed = [0, 1, 2]
+"""
+
+
+def test_a_point_whose_run_draws_nothing_is_simulated_for_one_seed_and_copied_for_the_others(tmp_path, monkeypatch):
+    import tomllib
+
+    from simsched import sweep
+
+    simulated = []
+    simulate_point = sweep.run_point
+    monkeypatch.setattr(sweep, "run_point",
+                        lambda p: simulated.append((p["scheduler"], p["seed"])) or simulate_point(p))
+    experiment = sweep.parse_experiment(tomllib.loads(REUSE))
+    frame = sweep.run_sweep(experiment, jobs=1, progress=False, out=tmp_path / "r")
+    # cellss hands out tasks in a fixed order and draws nothing; lbs's thieves draw their victims.
+    assert sorted(simulated) == [("cellss", 0), ("lbs", 0), ("lbs", 1), ("lbs", 2)]
+    assert frame.attrs["reused"] == 2
+    cellss, lbs = frame[frame["scheduler"] == "cellss"], frame[frame["scheduler"] == "lbs"]
+    assert list(cellss["seed"]) == [0, 1, 2]
+    assert list(cellss["reused_from"]) == ["", cellss["point_id"].iloc[0], cellss["point_id"].iloc[0]]
+    assert list(cellss["wall_s"].iloc[1:]) == [0.0, 0.0]
+    assert cellss["seed_independent"].all() and not lbs["seed_independent"].any()
+    assert (lbs["reused_from"] == "").all()
+    # Each copy is what simulating its own seed gives.
+    figures = ["makespan_ns", "sequential_ns", "chunks", "events", "state_compute_ns", "state_steal_ns",
+               "counter_tasks_created"]
+    for _, row in cellss.iterrows():
+        fresh = simulate_point({k: row[k] for k in sweep.AXES})
+        assert [fresh[k] for k in figures] == [row[k] for k in figures]
+    # A re-run whose journal kept only seed 0 of cellss copies the other seeds again without simulating.
+    journal_path = tmp_path / "r" / "runs.jsonl"
+    kept = [line for line in journal_path.read_text().splitlines(keepends=True)
+            if json.loads(line)["reused_from"] == ""]
+    journal_path.write_text("".join(kept))
+    simulated.clear()
+    again = sweep.run_sweep(experiment, jobs=1, progress=False, out=tmp_path / "r")
+    assert simulated == [] and again.attrs["reused"] == 2
+    pd.testing.assert_frame_equal(again.drop(columns="wall_s"), frame.drop(columns="wall_s"))

@@ -454,14 +454,17 @@ def _next_batch(points, ids, todo, done, keep):
     that way, ``keep`` receives a copy of its row for each other seed, marked ``reused_from``.
     Until then, only one seed of an untried group is simulated; the rest wait for its answer.
     """
+    def group_of(point):
+        return point_id({k: v for k, v in point.items() if k != "seed"})
+
     groups: dict[str, list[int]] = {}
     for i in todo:
-        groups.setdefault(point_id({k: v for k, v in points[i].items() if k != "seed"}), []).append(i)
+        groups.setdefault(group_of(points[i]), []).append(i)
     tried: dict[str, dict[str, Any]] = {}   # per group, a finished row: one that holds for every seed if any
     for i, key in enumerate(ids):
         row = done.get(key)
         if row is not None:
-            group = point_id({k: v for k, v in points[i].items() if k != "seed"})
+            group = group_of(points[i])
             if group in groups and (group not in tried or _holds_for_every_seed(row)):
                 tried[group] = row
     batch, later = [], []

@@ -377,7 +377,9 @@ def run_sweep(experiment: Experiment, jobs: int | None = None, progress: bool = 
 
     With ``out``, each finished point is saved in that folder as it completes and a re-run of
     the same experiment computes only the points it lacks (``retry_failed`` also re-runs the
-    ones that failed); ``force`` replaces the sweep files of whatever the folder held. The
+    ones that failed); ``force`` replaces the sweep files of whatever the folder held. Of points
+    that differ only in their seed, one is simulated first; if its run drew nothing from its
+    generator, the others get copies of its row (see ``_next_batch``). The
     points run on ``jobs`` local processes (default: all cores) or on the Dask cluster ``dask``.
     SIGINT and SIGTERM stop the sweep with :class:`Interrupted` once the finished rows are saved.
     """

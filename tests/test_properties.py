@@ -225,7 +225,7 @@ def test_deterministic(scheduler, mt, workload, seed):
 
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(mt=machine_and_threads(), workload=st.one_of(cost_lists, spec_workloads), seed=seeds, other=seeds)
+@given(mt=machine_and_threads(), workload=workloads, seed=seeds, other=seeds)
 def test_a_run_that_draws_nothing_from_its_generator_is_the_same_for_every_seed(scheduler, mt, workload, seed,
                                                                                 other):
     """What lets a sweep simulate such a point once for all its seeds: the seed reaches a run only as its generator."""

@@ -360,11 +360,11 @@ def test_a_point_whose_run_draws_nothing_is_simulated_for_one_seed_and_copied_fo
     assert cellss["seed_independent"].all() and not lbs["seed_independent"].any()
     assert (lbs["reused_from"] == "").all()
     # Each copy is what simulating its own seed gives.
-    figures = ["makespan_ns", "sequential_ns", "chunks", "events", "state_compute_ns", "state_steal_ns",
-               "counter_tasks_created"]
+    compared = ["makespan_ns", "sequential_ns", "chunks", "events", "state_compute_ns", "state_steal_ns",
+                "counter_tasks_created"]
     for _, row in cellss.iterrows():
         fresh = simulate_point({k: row[k] for k in sweep.AXES})
-        assert [fresh[k] for k in figures] == [row[k] for k in figures]
+        assert [fresh[k] for k in compared] == [row[k] for k in compared]
     # A re-run whose journal kept only seed 0 of cellss copies the other seeds again without simulating.
     journal_path = tmp_path / "r" / "runs.jsonl"
     kept = [line for line in journal_path.read_text().splitlines(keepends=True)

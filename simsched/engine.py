@@ -33,6 +33,22 @@ def run_generator(seed) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
+class Wait(Event):
+    """A worker's timed wait, created by ``Simulation.until`` and yielded by that worker alone.
+
+    So when one fires, the worker's resumption is its only callback, and a next wait of the
+    worker that ends before every queued event can be passed without the queue: popping it
+    would run nothing in between.
+    """
+
+
+# The already processed event a passed wait yields: SimPy resumes the process with it at once.
+PASSED = Event(simpy.Environment())
+PASSED._ok = True
+PASSED._value = None
+PASSED.callbacks = None
+
+
 class Simulation:
     """The state of one run: SimPy environment, modeled memory, per-worker accounting and the chunk log."""
 
@@ -179,11 +195,22 @@ class Simulation:
 
     def record_chunk(self, worker: int, loop: int, lo: int, hi: int, start: float, since: float) -> float:
         """Record ``worker`` computing [lo, hi) from ``start``, scheduling since ``since``; return its end."""
-        work = self.chunk_time(worker, loop, lo, hi, start)
+        body = self.loops[loop]
+        if body.data is None and self.noise is None:
+            # chunk_time without its calls: most chunks of every family come through here.
+            prefix = body.prefix
+            work = (prefix.item(hi) - prefix.item(lo)) * self.slowdown[worker]
+        else:
+            work = self.chunk_time(worker, loop, lo, hi, start)
         end = start + work
-        self._chunks.append((worker, loop, lo, hi, start, end))
-        self.time["schedule"][worker] += start - since
-        self.time["compute"][worker] += work
+        log = self._chunks
+        pending = log.pending
+        pending += (worker, loop, lo, hi, start, end)
+        if len(pending) >= log.FLUSH_AT:
+            log.flush()
+        spent = self.time
+        spent["schedule"][worker] += start - since
+        spent["compute"][worker] += work
         if self.segments is not None and start > since:
             self.segments.append((worker, "schedule", since, start))
         self.last[worker] = (("schedule", since, start), ("compute", start, end))
@@ -201,9 +228,25 @@ class Simulation:
         return t
 
     def until(self, when: float):
-        """A timeout that ends at absolute time ``when``."""
-        delay = when - self.env.now
-        return self.env.timeout(delay if delay > 0 else 0)
+        """What the calling worker yields to wait until absolute time ``when`` (now, if that has passed).
+
+        A wait that would be the next event popped, resumed from a wait of its own, is passed
+        at once: nothing else can happen before it (see ``Wait``).
+        """
+        env = self.env
+        now = env._now
+        delay = when - now
+        at = now + delay if delay > 0 else now
+        queue, worker = env._queue, env._active_proc
+        if worker is not None and type(worker._target) is Wait and (not queue or at < queue[0][0]):
+            next(env._eid)  # numbered as if scheduled, so the run's event count and ties are unchanged
+            env._now = at
+            return PASSED
+        event = Wait(env)
+        event._ok = True
+        event._value = None
+        heappush(queue, (at, NORMAL, next(env._eid), event))
+        return event
 
     def wait(self, worker: int, state: str, when: float):
         """Advance ``worker`` to ``when``, accounting the time to ``state``."""
@@ -227,9 +270,10 @@ class Simulation:
 
         ``steps`` is a generator that yields the absolute times it waits until (having
         accounted them) and finally returns ``(when, value)``: the caller resumes at ``when``.
-        Its waits are scheduled exactly as the process's own timeouts would be, in the same
-        order, but cost no timeout object and no process switch; they must be plain waits,
-        during which nothing else of this worker's can happen.
+        Its waits run exactly as the process's own timeouts would, in the same order, but
+        cost no timeout object and no process switch (and no queue, for a wait that ends
+        before every queued event); they must be plain waits, during which nothing else of
+        this worker's can happen.
         """
         env = self.env
         event, done = Event(env), Event(env)
@@ -238,17 +282,28 @@ class Simulation:
         advance, queue, eid = steps.__next__, env._queue, env._eid
 
         def step(_event=None):
-            try:
-                when = advance()
-            except StopIteration as stop:
-                when, value = stop.value
-                fire_at(env, done, when, value)
+            while True:
+                try:
+                    when = advance()
+                except StopIteration as stop:
+                    when, value = stop.value
+                    fire_at(env, done, when, value)
+                    return
+                now = env._now
+                delay = when - now
+                # As Environment.schedule computes it (now + delay can differ from when in the last bit).
+                when = now + delay if delay > 0 else now
+                # A wait that ends before every queued event would be the next one popped: it is
+                # passed here instead, numbered as if scheduled (the run's events and ties are
+                # unchanged). Not on the first call, which runs inside another event's callbacks.
+                if _event is not None and (not queue or when < queue[0][0]):
+                    next(eid)
+                    env._now = when
+                    continue
+                event.callbacks = callbacks
+                # Environment.schedule's own push, inlined: this runs once per chunk of every claim loop.
+                heappush(queue, (when, NORMAL, next(eid), event))
                 return
-            now = env._now
-            delay = when - now
-            event.callbacks = callbacks
-            # Environment.schedule's own push, inlined: this runs once per chunk of every claim loop.
-            heappush(queue, (now + delay if delay > 0 else now, NORMAL, next(eid), event))
 
         callbacks.append(step)
         step()

@@ -1,4 +1,4 @@
-"""Simulation.drive: a worker's plain waits as callbacks, indistinguishable from the process's own timeouts."""
+"""Simulation.drive and Simulation.until: a worker's waits, passed or as callbacks, as SimPy's timeouts would run."""
 
 from __future__ import annotations
 
@@ -7,16 +7,20 @@ from hypothesis import strategies as st
 
 from simsched import Simulation, load_machine
 from simsched.chunks import CHUNK_DTYPE, ChunkLog
+from simsched.engine import PASSED
 
 
-def run(waits: list[list[float]], driven: bool):
+def run(waits: list[list[float]], driven: bool, queued: bool = False):
     """Each worker waits until each of its absolute times in turn, logging (time, worker, step) as it wakes.
 
     Workers given ``driven`` run their waits through ``Simulation.drive``; the others yield
-    ``Simulation.wait`` timeouts. Returns the log, each worker's end time and the event count.
+    ``Simulation.wait`` (or, ``queued``, SimPy's own timeouts, every one through the event
+    queue). Returns the log, each worker's end time and the event count.
     """
     sim = Simulation(load_machine("xeon-e7-4860v2"), len(waits))
     log, ends = [], {}
+    if queued:
+        sim.until = lambda when: sim.env.timeout(max(when - sim.env.now, 0))
 
     def steps(w):
         for k, when in enumerate(waits[w][:-1]):
@@ -51,6 +55,7 @@ def test_two_workers_interleave_as_their_timeouts_would():
     assert ends == {0: (9.0, "done 0"), 1: (7.0, "done 1")}
     assert schedule == [9.0, 7.0]
     assert (log, ends, events, schedule) == run(waits, driven=False)
+    assert (log, ends, events, schedule) == run(waits, driven=False, queued=True)
 
 
 @settings(max_examples=60, deadline=None)
@@ -58,7 +63,38 @@ def test_two_workers_interleave_as_their_timeouts_would():
 def test_drive_matches_the_process_step_for_step(gaps):
     # Absolute times that never go back, many of them equal: ties are where an order could differ.
     waits = [[float(sum(g[:k + 1])) for k in range(len(g))] for g in gaps]
-    assert run(waits, driven=True) == run(waits, driven=False)
+    queued = run(waits, driven=False, queued=True)
+    assert run(waits, driven=True) == queued
+    assert run(waits, driven=False) == queued
+
+
+def test_a_wait_that_ends_before_every_queued_event_is_passed_but_a_tie_is_not():
+    # Worker 1 waits until 5. Worker 0, resumed at 1 from a wait of its own, waits until 2 and
+    # then 5: the first ends before worker 1's queued 5, so it is passed without the queue; the
+    # second ties with it and is queued behind it (SimPy runs ties in the order scheduled).
+    sim = Simulation(load_machine("xeon-e7-4860v2"), 2)
+    log = []
+
+    def first():
+        yield sim.until(1.0)
+        passed = sim.until(2.0)
+        log.append(("0 passes 2", passed is PASSED, sim.env.now))
+        yield passed
+        tied = sim.until(5.0)
+        log.append(("0 queues 5", tied is PASSED, sim.env.now))
+        yield tied
+        log.append(("0 at", sim.env.now))
+
+    def second():
+        yield sim.until(5.0)
+        log.append(("1 at", sim.env.now))
+
+    sim.env.process(second())
+    sim.env.process(first())
+    sim.env.run()
+    assert log == [("0 passes 2", True, 2.0), ("0 queues 5", False, 2.0), ("1 at", 5.0), ("0 at", 5.0)]
+    # Two starts, four waits (1, 2, 5 and 5) and two ends: the passed wait is numbered like the others.
+    assert next(sim.env._eid) == 8
 
 
 def test_a_kept_chunk_is_a_40_byte_record_and_the_table_keeps_its_types():

@@ -84,20 +84,21 @@ class Stealing(FullBarriers):
     def steps(self, sim, w, index):
         """Worker ``w``'s chunks and steal attempts, as ``Simulation.drive`` runs them."""
         env, threads, rng = sim.env, sim.threads, sim.rng
+        record, dispatch = sim.record_chunk, sim.costs["chunk"]   # run_chunk's parts, once per loop
         patience = threads - 1          # random failures before the closing sweep
         give_up = patience + threads - 1
         chunks = attempts = steals = failures = 0
         size = 0                        # the chunk that just ended (0: none)
         empty = False
         while True:
-            t = self.report(sim, w, size) if size else env.now
+            t = self.report(sim, w, size) if size else env._now
             size = 0
             if not empty:
                 lo, hi, t = self.take(sim, w, t)
                 if hi > lo:
                     chunks += 1
                     size = hi - lo
-                    yield sim.run_chunk(w, index, lo, hi, t)
+                    yield record(w, index, lo, hi, t + dispatch, env._now)
                     continue
                 empty = True
             if threads == 1:

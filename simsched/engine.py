@@ -16,7 +16,7 @@ from .errors import SimschedError
 from .locality import DataState
 from .loop import Loop, check_total
 from .machine import Machine, load_machine
-from .memory import Memory, fire_at
+from .memory import Memory, Wait, fire_at
 from .noise import Noise
 from .result import SEGMENT_COLUMNS, Result
 
@@ -31,15 +31,6 @@ def run_generator(seed) -> np.random.Generator:
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise SimschedError(f"seed must be an integer >= 0, got {seed!r}")
     return np.random.default_rng(seed)
-
-
-class Wait(Event):
-    """A worker's timed wait, created by ``Simulation.until`` and yielded by that worker alone.
-
-    So when one fires, the worker's resumption is its only callback, and a next wait of the
-    worker that ends before every queued event can be passed without the queue: popping it
-    would run nothing in between.
-    """
 
 
 # The already processed event a passed wait yields: SimPy resumes the process with it at once.
@@ -257,7 +248,7 @@ class Simulation:
 
         It is ``wait`` without the timeout: what a step run by ``drive`` yields (or returns).
         """
-        now = self.env.now
+        now = self.env._now
         if when > now:
             self.time[state][worker] += when - now
             self.last[worker] = ((state, now, when),)
@@ -276,7 +267,7 @@ class Simulation:
         this worker's can happen.
         """
         env = self.env
-        event, done = Event(env), Event(env)
+        event, done = Event(env), Wait(env)
         event._ok, event._value = True, None
         callbacks = []  # SimPy takes the list off the event before calling it, so one list serves every wait
         advance, queue, eid = steps.__next__, env._queue, env._eid

@@ -181,7 +181,7 @@ class Memory:
     def spin_until(self, line: Line, core: int, ready: Callable[[Any], bool]) -> Event:
         """An event that fires when ``core``, spinning on the line, sees a value for which ``ready`` holds."""
         env = self.env
-        event = Event(env)
+        event = Wait(env)
         if ready(line.value):
             value, seen = self.read(line, core)
             fire_at(env, event, seen, value)
@@ -213,6 +213,15 @@ class Memory:
                 waiting.append(spinner)
         line.spinners = waiting
         self.transfers += served
+
+
+class Wait(Event):
+    """An event that one worker alone waits on: its own timed wait, spin, sleep or run.
+
+    So when one fires, the worker's resumption is its only callback, and a next timed wait of
+    the worker that ends before every queued event can be passed without the queue
+    (``Simulation.until``): popping it would run nothing in between.
+    """
 
 
 def fire_at(env, event: Event, when: float, value: Any = None) -> None:

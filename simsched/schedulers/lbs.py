@@ -24,7 +24,7 @@ from collections import deque
 import numpy as np
 from simpy.events import Event
 
-from ..memory import fire_at
+from ..memory import Wait, fire_at
 from ..spec import Param
 from .base import Scheduler, block
 
@@ -473,7 +473,7 @@ class LoopTasks(Scheduler):
     def run_steps(self, sim, w: int, loop: int, lo: int, hi: int, start: float, step_ns: float = 0.0,
                   compute: bool = True, every: int = 1):
         """Run steps [lo, hi) from ``start``; returns the step it stopped before (hi unless a thief interrupted)."""
-        event = Event(sim.env)
+        event = Wait(sim.env)
         run = Run(loop, lo, hi, start, step_ns, compute, every, event)
         self.running[w] = run
         self.resume(sim.env, event, self.step_time(sim, w, run, hi), hi)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..memory import fire_at
+from ..memory import Wait, fire_at
 from ..spec import Param
 from .base import STEALING_COUNTERS, Scheduler, default_grain
 
@@ -235,7 +235,7 @@ class WorkStealing(Scheduler):
 
     def sleep(self, sim, w: int):
         """Sleep until new work appears, then pay the OS wake-up latency."""
-        event = sim.env.event()
+        event = Wait(sim.env)
         self.sleepers.append((w, event))
         yield event
         if not self.finished:

@@ -143,19 +143,23 @@ class ChunkLog:
 
     def flush(self) -> None:
         """Turn the waiting records into a compact block, checking their coverage."""
-        if not self.pending:
+        pending = self.pending
+        if not pending:
             return
-        fields = np.array(self.pending, dtype=object).reshape(-1, len(CHUNK_COLUMNS))
-        self.pending.clear()
-        block = np.empty(len(fields), CHUNK_DTYPE)
-        for i, name in enumerate(CHUNK_COLUMNS):
-            block[name] = fields[:, i]
-        del fields
-        self.coverage.add(block["loop"], block["lo"], block["hi"])
+        width = len(CHUNK_COLUMNS)
+        # Each field straight from its slice of the flat list, and only the fields that are kept or
+        # checked: a run without a table converts loop, lo and hi (and worker, for affinity).
+        needed = CHUNK_COLUMNS if self.keep or self.affinity is not None else ("loop", "lo", "hi")
+        fields = {name: np.array(pending[CHUNK_COLUMNS.index(name)::width], CHUNK_DTYPE[name]) for name in needed}
+        pending.clear()
+        self.coverage.add(fields["loop"], fields["lo"], fields["hi"])
         if self.affinity is not None:
-            self.affinity.add(np.stack([block[name].astype(np.int64) for name in CHUNK_COLUMNS[:4]], axis=1))
-        self.count += len(block)
+            self.affinity.add(np.stack([fields[name].astype(np.int64) for name in CHUNK_COLUMNS[:4]], axis=1))
+        self.count += len(fields["lo"])
         if self.keep:
+            block = np.empty(len(fields["lo"]), CHUNK_DTYPE)
+            for name in CHUNK_COLUMNS:
+                block[name] = fields[name]
             self.blocks.append(block)
             if self.limit is not None and self.count > self.limit:
                 raise too_many_chunks(self.count, "the chunk table passed")

@@ -34,6 +34,7 @@ def run_generator(seed) -> np.random.Generator:
 
 
 # The already processed event a passed wait yields: SimPy resumes the process with it at once.
+# Only the worker's own ``yield`` may take it (no condition, no other process).
 PASSED = Event(simpy.Environment())
 PASSED._ok = True
 PASSED._value = None
@@ -194,7 +195,7 @@ class Simulation:
         else:
             work = self.chunk_time(worker, loop, lo, hi, start)
         end = start + work
-        log = self._chunks
+        log = self._chunks  # ChunkLog.append, inlined
         pending = log.pending
         pending += (worker, loop, lo, hi, start, end)
         if len(pending) >= log.FLUSH_AT:
@@ -219,17 +220,17 @@ class Simulation:
         return t
 
     def until(self, when: float):
-        """What the calling worker yields to wait until absolute time ``when`` (now, if that has passed).
+        """What the calling worker yields, at once, to wait until absolute time ``when`` (now, if that has passed).
 
-        A wait that would be the next event popped, resumed from a wait of its own, is passed
-        at once: nothing else can happen before it (see ``Wait``).
+        The wait is passed without the queue when the worker was resumed by a ``Wait`` of its
+        own and nothing queued ends sooner; the clock is then already at ``when`` on return.
         """
         env = self.env
         now = env._now
         delay = when - now
         at = now + delay if delay > 0 else now
-        queue, worker = env._queue, env._active_proc
-        if worker is not None and type(worker._target) is Wait and (not queue or at < queue[0][0]):
+        queue, proc = env._queue, env._active_proc
+        if proc is not None and type(proc._target) is Wait and (not queue or at < queue[0][0]):
             next(env._eid)  # numbered as if scheduled, so the run's event count and ties are unchanged
             env._now = at
             return PASSED
@@ -286,7 +287,8 @@ class Simulation:
                 when = now + delay if delay > 0 else now
                 # A wait that ends before every queued event would be the next one popped: it is
                 # passed here instead, numbered as if scheduled (the run's events and ties are
-                # unchanged). Not on the first call, which runs inside another event's callbacks.
+                # unchanged). Only as the one callback of drive's own event: the first call runs
+                # in the process, resumed by an event that may have other callbacks still to run.
                 if _event is not None and (not queue or when < queue[0][0]):
                     next(eid)
                     env._now = when

@@ -216,7 +216,7 @@ class Memory:
 
 
 class Wait(Event):
-    """An event that one worker alone waits on: its own timed wait, spin, sleep or run.
+    """An event that one worker alone waits on: its own timed wait, spin, sleep, task run or ``drive``'s end.
 
     So when one fires, the worker's resumption is its only callback, and a next timed wait of
     the worker that ends before every queued event can be passed without the queue

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simsched import Simulation, load_machine
+from simsched import Simulation, load_machine, simulate
 from simsched.chunks import CHUNK_DTYPE, ChunkLog
 from simsched.engine import PASSED
+from simsched.memory import Wait
+from simsched.schedulers import REGISTRY
 
 
 def run(waits: list[list[float]], driven: bool, queued: bool = False):
@@ -107,3 +111,21 @@ def test_a_kept_chunk_is_a_40_byte_record_and_the_table_keeps_its_types():
     assert [str(t) for t in table.dtypes] == ["int64"] * 4 + ["float64"] * 2
     assert table.to_numpy().tolist() == [[0, 0, 0, 2, 1.5, 3.0], [1, 1, 0, 3, 2.0, 9.25], [2, 0, 2, 4, 1.0, 2.0]]
     assert len(log) == 3
+
+
+@pytest.mark.parametrize("machine, threads", [("haswell-e5-2695v3", 4), ("cell-qs22", 3)])
+def test_every_wait_event_of_every_scheduler_has_at_most_one_waiter(monkeypatch, machine, threads):
+    # Passing a wait is exact only if the Wait that resumed the worker had no other callback.
+    popped = []
+    step = simpy.Environment.step
+
+    def checked_step(env):
+        event = env._queue[0][3] if env._queue else None
+        if isinstance(event, Wait):
+            popped.append(len(event.callbacks))
+        step(env)
+
+    monkeypatch.setattr(simpy.Environment, "step", checked_step)
+    for name in sorted(REGISTRY):
+        simulate(machine, name, "exp-inc:n=400", threads, seed=1, repeat=2)
+    assert popped and max(popped) == 1

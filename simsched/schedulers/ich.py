@@ -84,7 +84,7 @@ class Stealing(FullBarriers):
     def steps(self, sim, w, index):
         """Worker ``w``'s chunks and steal attempts, as ``Simulation.drive`` runs them."""
         env, threads, rng = sim.env, sim.threads, sim.rng
-        record, dispatch = sim.record_chunk, sim.costs["chunk"]   # run_chunk's parts, once per loop
+        record, dispatch = sim.record_chunk, sim.costs["chunk"]   # run_chunk, inlined below
         patience = threads - 1          # random failures before the closing sweep
         give_up = patience + threads - 1
         chunks = attempts = steals = failures = 0

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import simsched
 from simsched import engine
@@ -61,6 +64,41 @@ def test_coverage_merges_chunks_that_come_in_any_order():
         gap.check()
     with pytest.raises(ExecutionError, match=r"outside \[0, 10\)"):
         gap.add(np.array([0]), np.array([9]), np.array([11]))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_coverage_agrees_with_counting_every_iteration(data):
+    # Chunks of two loops, some repeated or missing, in blocks that are in order or shuffled: the
+    # check passes exactly when every iteration ran once, and otherwise names one that did not.
+    sizes = [data.draw(st.integers(1, 40)), data.draw(st.integers(1, 40))]
+    chunks = []
+    for index, n in enumerate(sizes):
+        cuts = sorted(set(data.draw(st.lists(st.integers(1, n - 1), max_size=8)) if n > 1 else []))
+        chunks += [(index, lo, hi) for lo, hi in zip([0] + cuts, cuts + [n])]
+    chunks += data.draw(st.lists(st.sampled_from(chunks), max_size=2))       # repeats
+    dropped = data.draw(st.sets(st.integers(0, len(chunks) - 1), max_size=2))  # missing
+    chunks = [chunk for i, chunk in enumerate(chunks) if i not in dropped]
+    if data.draw(st.booleans()):
+        chunks = data.draw(st.permutations(chunks))
+    counts = [np.zeros(n, int) for n in sizes]
+    for index, lo, hi in chunks:
+        counts[index][lo:hi] += 1
+    coverage = Coverage(sizes, "test")
+    split = data.draw(st.integers(0, len(chunks)))
+    try:
+        for block in (chunks[:split], chunks[split:]):
+            if block:
+                coverage.add(*(np.array(column) for column in zip(*block)))
+        coverage.check()
+    except ExecutionError as error:
+        index, i, times = map(int, re.search(r"loop (\d+): iteration (\d+) ran (\d+) times", str(error)).groups())
+        if times == 0:
+            assert counts[index][i] == 0
+        else:
+            assert counts[index][i] >= times >= 2
+    else:
+        assert all((count == 1).all() for count in counts)
 
 
 def test_a_table_passing_the_memory_limit_stops_the_run(monkeypatch):

@@ -242,7 +242,13 @@ class Simulation:
 
     def wait(self, worker: int, state: str, when: float):
         """Advance ``worker`` to ``when``, accounting the time to ``state``."""
-        return self.until(self.charged(worker, state, when))
+        now = self.env._now
+        if when > now:  # charged, inlined: every timed wait of every process comes here
+            self.time[state][worker] += when - now
+            self.last[worker] = ((state, now, when),)
+            if self.segments is not None:
+                self.segments.append((worker, state, now, when))
+        return self.until(when)
 
     def charged(self, worker: int, state: str, when: float) -> float:
         """Account the time from now to ``when`` to ``worker``'s ``state`` and return ``when``.

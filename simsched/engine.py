@@ -187,19 +187,12 @@ class Simulation:
 
     def record_chunk(self, worker: int, loop: int, lo: int, hi: int, start: float, since: float) -> float:
         """Record ``worker`` computing [lo, hi) from ``start``, scheduling since ``since``; return its end."""
-        body = self.loops[loop]
-        if body.data is None and self.noise is None:
-            # chunk_time without its calls: most chunks of every family come through here.
-            prefix = body.prefix
-            work = (prefix.item(hi) - prefix.item(lo)) * self.slowdown[worker]
+        if self.loops[loop].data is None and self.noise is None:
+            work = self.work(worker, loop, lo, hi)   # what chunk_time comes to, one call fewer
         else:
             work = self.chunk_time(worker, loop, lo, hi, start)
         end = start + work
-        log = self._chunks  # ChunkLog.append, inlined
-        pending = log.pending
-        pending += (worker, loop, lo, hi, start, end)
-        if len(pending) >= log.FLUSH_AT:
-            log.flush()
+        self._chunks.append((worker, loop, lo, hi, start, end))
         spent = self.time
         spent["schedule"][worker] += start - since
         spent["compute"][worker] += work
@@ -235,20 +228,12 @@ class Simulation:
             env._now = at
             return PASSED
         event = Wait(env)
-        event._ok = True
-        event._value = None
-        heappush(queue, (at, NORMAL, next(env._eid), event))
+        fire_at(env, event, when)
         return event
 
     def wait(self, worker: int, state: str, when: float):
         """Advance ``worker`` to ``when``, accounting the time to ``state``."""
-        now = self.env._now
-        if when > now:  # charged, inlined: every timed wait of every process comes here
-            self.time[state][worker] += when - now
-            self.last[worker] = ((state, now, when),)
-            if self.segments is not None:
-                self.segments.append((worker, state, now, when))
-        return self.until(when)
+        return self.until(self.charged(worker, state, when))
 
     def charged(self, worker: int, state: str, when: float) -> float:
         """Account the time from now to ``when`` to ``worker``'s ``state`` and return ``when``.

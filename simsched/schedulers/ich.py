@@ -84,7 +84,6 @@ class Stealing(FullBarriers):
     def steps(self, sim, w, index):
         """Worker ``w``'s chunks and steal attempts, as ``Simulation.drive`` runs them."""
         env, threads, rng = sim.env, sim.threads, sim.rng
-        record, dispatch = sim.record_chunk, sim.costs["chunk"]   # run_chunk, inlined below
         patience = threads - 1          # random failures before the closing sweep
         give_up = patience + threads - 1
         chunks = attempts = steals = failures = 0
@@ -98,7 +97,7 @@ class Stealing(FullBarriers):
                 if hi > lo:
                     chunks += 1
                     size = hi - lo
-                    yield record(w, index, lo, hi, t + dispatch, env._now)
+                    yield sim.run_chunk(w, index, lo, hi, t)
                     continue
                 empty = True
             if threads == 1:

@@ -517,12 +517,12 @@ class LoopTasks(Scheduler):
 
     # -- executing tasks ------------------------------------------------------------------
     def execute(self, sim, w: int, task: Task):
+        """The steps that run ``task`` (returned, not delegated to: every resumption of a task passes one level fewer)."""
         if task.kind == SINGLE:
-            yield from self.execute_singles(sim, w, task)
-        elif task.kind == CREATE:
-            yield from self.create_singles(sim, w, task)
-        else:
-            yield from self.split_and_execute(sim, w, task)
+            return self.execute_singles(sim, w, task)
+        if task.kind == CREATE:
+            return self.create_singles(sim, w, task)
+        return self.split_and_execute(sim, w, task)
 
     def finish(self, sim, w: int, join: Join, executed: int, t: float) -> float:
         """Report ``executed`` iterations of ``join``'s loop done (one atomic per finished stretch)."""

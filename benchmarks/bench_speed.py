@@ -2,7 +2,8 @@
 
 Run:  python benchmarks/bench_speed.py                 # rates, memory of a 10^7-chunk run, the E1 sweep
       python benchmarks/bench_speed.py --sweeps e1,e2,e4   # also the E2 and E4 sweeps (many minutes)
-Prints each figure; nothing here is a pass/fail test (these machines are noisy).
+Prints each figure (a sweep also its events, and the time an event took per scheduler family);
+nothing here is a pass/fail test (these machines are noisy).
 
 "Bare events per chunk" is what a simulated chunk costs in units of one event of SimPy
 itself (a process doing nothing but timeouts), measured alternately in the same run.
@@ -119,6 +120,14 @@ def main() -> None:
             frame = run_sweep(experiment, out=Path(out), jobs=args.jobs, progress=False)
             wall = time.perf_counter() - start
         print(f"{name.upper()} sweep ({SWEEPS[name]}): {len(frame)} runs on {args.jobs} processes in {wall:.1f} s")
+        # What the wall time is made of: every run's events at the rate its family simulates them.
+        events, simulated = int(frame["events"].sum()), float(frame["wall_s"].sum())
+        print(f"  {events:,} events, {simulated:.1f} s of simulation in all: {simulated / events * 1e6:.2f} us an "
+              f"event (bare SimPy here: {1e6 / bare_simpy_rate(28, 10**6):.2f} us)")
+        family = frame["scheduler"].str.split(":").str[0]
+        by = frame.groupby(family)[["events", "wall_s"]].sum().sort_values("wall_s", ascending=False)
+        print("  " + ", ".join(f"{s} {row.wall_s:.1f} s ({row.wall_s / row.events * 1e6:.2f} us/event)"
+                               for s, row in by.iterrows() if row.events))
 
 
 if __name__ == "__main__":

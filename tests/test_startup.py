@@ -53,3 +53,11 @@ def test_lazy_attributes_are_the_modules_objects():
     assert set(simsched.__all__) <= set(dir(simsched))
     with pytest.raises(AttributeError):
         simsched.no_such_thing
+
+
+def test_the_analyses_load_scipy_only_to_fit():
+    """Printing a sweep's breakdown or ranking needs no SciPy (a second of import); fitting a burden does."""
+    tables = "import simsched.analysis, simsched.analysis.breakdown, simsched.analysis.ranking"
+    assert "scipy" not in heavy_modules_after(tables)
+    fit = tables + "\nsimsched.analysis.fit_burden([1.0, 10.0, 100.0], [0.5, 2.0, 3.5], 4)"
+    assert "scipy" in heavy_modules_after(fit)

@@ -7,7 +7,6 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize, stats
 
 from ..errors import SimschedError
 
@@ -48,6 +47,8 @@ def _fit_points(t_us, speedup) -> tuple[np.ndarray, np.ndarray]:
 
 def fit_burden(t_us, speedup, threads: int) -> BurdenFit:
     """Least-squares fit of d in S(T) = T/(d + T/P) to (T, S) points, as the E1 publication fits it."""
+    from scipy import optimize, stats  # here, not at the top: importing SciPy takes a second, and few runs fit
+
     t, s = _fit_points(t_us, speedup)
     if threads < 1:
         raise SimschedError(f"threads must be >= 1 to fit a burden, got {threads}")
@@ -86,6 +87,8 @@ def fit_saturating(t_us, speedup) -> SaturatingFit:
 
     The half-widths are NaN where the points cannot bound them (two points fit exactly).
     """
+    from scipy import optimize, stats  # here, not at the top: importing SciPy takes a second, and few runs fit
+
     t, s = _fit_points(t_us, speedup)
     peak = float(s.max())
     start_d = max(float(np.median(t / s - t / peak)), 1e-6)

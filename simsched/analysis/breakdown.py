@@ -58,7 +58,7 @@ def breakdown_table(results: pd.DataFrame, baseline: str = "lbs") -> pd.DataFram
             row[category] = sum(run[f"state_{s}_ns"] for s in states) / t1
         for name in COUNTERS:
             row[name] = run.get(f"counter_{name}", np.nan)
-        iterations = _iterations(run)
+        iterations = _iterations(run["workload"], int(run["seed"]), int(run.get("repeat", 1)))
         row["serialized_pct"] = 100.0 * row["iterations_serialized"] / iterations if iterations else np.nan
         row["speedup"] = t1 / run["makespan_ns"]
         rows.append(row)
@@ -69,13 +69,14 @@ def breakdown_table(results: pd.DataFrame, baseline: str = "lbs") -> pd.DataFram
     return table.drop(columns=["seed"])
 
 
-def _iterations(run: dict) -> int:
-    """Iterations of all loops of a run's program (inner loops included)."""
+@lru_cache(maxsize=256)
+def _iterations(workload: str, seed: int, repeat: int) -> int:
+    """Iterations of all loops of a run's program (inner loops included); the same for every scheduler."""
     from ..workloads import get_workload
 
-    loops = get_workload(run["workload"]).loops(np.random.default_rng(int(run["seed"])))
+    loops = get_workload(workload).loops(np.random.default_rng(seed))
     per_program = sum(loop.n + sum(inner.n for inner in loop.inner.values()) for loop in loops)
-    return per_program * int(run.get("repeat", 1))
+    return per_program * repeat
 
 
 def format_breakdown(table: pd.DataFrame) -> str:

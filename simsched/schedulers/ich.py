@@ -84,8 +84,14 @@ class Stealing(FullBarriers):
     def steps(self, sim, w, index):
         """Worker ``w``'s chunks and steal attempts, as ``Simulation.drive`` runs them."""
         env, threads, rng = sim.env, sim.threads, sim.rng
-        # What run_chunk does, one call fewer per chunk: this loop is the family's hot path.
-        record, dispatch = sim.record_chunk, sim.costs["chunk"]
+        # A chunk is recorded here as Simulation.record_chunk records it, in the same order, without its
+        # three calls: this loop is the family's hot path (as index_claims is the self-scheduling one's).
+        loop = sim.loops[index]
+        prefix, slow, dispatch = loop.prefix.item, sim.slowdown[w], sim.costs["chunk"]
+        plain = loop.data is None and sim.noise is None   # a chunk costs its iterations' work and nothing else
+        chunk_log, last, mark = sim._chunks, sim.last, None if sim.segments is None else sim.segments.append
+        pending, full = chunk_log.pending, chunk_log.FLUSH_AT
+        scheduling, computing = sim.time["schedule"], sim.time["compute"]
         patience = threads - 1          # random failures before the closing sweep
         give_up = patience + threads - 1
         chunks = attempts = steals = failures = 0
@@ -99,7 +105,18 @@ class Stealing(FullBarriers):
                 if hi > lo:
                     chunks += 1
                     size = hi - lo
-                    yield record(w, index, lo, hi, t + dispatch, env._now)
+                    now, start = env._now, t + dispatch
+                    work = (prefix(hi) - prefix(lo)) * slow if plain else sim.chunk_time(w, index, lo, hi, start)
+                    end = start + work
+                    pending += (w, index, lo, hi, start, end)
+                    if len(pending) >= full:
+                        chunk_log.flush()
+                    scheduling[w] += start - now
+                    computing[w] += work
+                    if mark is not None and start > now:
+                        mark((w, "schedule", now, start))
+                    last[w] = (("schedule", now, start), ("compute", start, end))
+                    yield end
                     continue
                 empty = True
             if threads == 1:

@@ -201,6 +201,20 @@ class Simulation:
         self.last[worker] = (("schedule", since, start), ("compute", start, end))
         return end
 
+    def inline_chunks(self, worker: int, loop: int):
+        """What a hot claim loop binds to record its chunks as ``record_chunk`` does, without a call per chunk.
+
+        Returns ``(prefix, slow, plain, pending, full, flush, mark)``: a chunk [lo, hi) costs
+        ``(prefix(hi) - prefix(lo)) * slow`` when ``plain`` (no data, no noise; else
+        ``chunk_time``); its (worker, loop, lo, hi, start, end) goes onto ``pending``, with
+        ``flush()`` once that holds ``full`` fields; ``mark``, when set, takes its scheduling
+        segment. The loop accounts the time itself. Only for loops whose chunks all end before
+        the run can (those of a full barrier's loop): ``last`` is left alone.
+        """
+        spec, log = self.loops[loop], self._chunks
+        return (spec.prefix.item, self.slowdown[worker], spec.data is None and self.noise is None,
+                log.pending, log.FLUSH_AT, log.flush, None if self.segments is None else self.segments.append)
+
     def sequential_memory_ns(self) -> float:
         """The memory time of the program run sequentially on the first worker's core (0 without data)."""
         if self.locality is None:

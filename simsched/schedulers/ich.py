@@ -84,14 +84,10 @@ class Stealing(FullBarriers):
     def steps(self, sim, w, index):
         """Worker ``w``'s chunks and steal attempts, as ``Simulation.drive`` runs them."""
         env, threads, rng = sim.env, sim.threads, sim.rng
-        # A chunk is recorded here as Simulation.record_chunk records it, in the same order, without its
-        # three calls: this loop is the family's hot path (as index_claims is the self-scheduling one's).
-        loop = sim.loops[index]
-        prefix, slow, dispatch = loop.prefix.item, sim.slowdown[w], sim.costs["chunk"]
-        plain = loop.data is None and sim.noise is None   # a chunk costs its iterations' work and nothing else
-        chunk_log, last, mark = sim._chunks, sim.last, None if sim.segments is None else sim.segments.append
-        pending, full = chunk_log.pending, chunk_log.FLUSH_AT
-        scheduling, computing = sim.time["schedule"], sim.time["compute"]
+        # Chunks are recorded inline, as record_chunk records them and in the same order: this loop is the
+        # family's hot path (as index_claims is the self-scheduling one's).
+        prefix, slow, plain, pending, full, flush, mark = sim.inline_chunks(w, index)
+        dispatch, scheduling, computing = sim.costs["chunk"], sim.time["schedule"], sim.time["compute"]
         patience = threads - 1          # random failures before the closing sweep
         give_up = patience + threads - 1
         chunks = attempts = steals = failures = 0
@@ -110,12 +106,11 @@ class Stealing(FullBarriers):
                     end = start + work
                     pending += (w, index, lo, hi, start, end)
                     if len(pending) >= full:
-                        chunk_log.flush()
+                        flush()
                     scheduling[w] += start - now
                     computing[w] += work
                     if mark is not None and start > now:
                         mark((w, "schedule", now, start))
-                    last[w] = (("schedule", now, start), ("compute", start, end))
                     yield end
                     continue
                 empty = True
@@ -219,8 +214,7 @@ class ICh(Stealing):
     def report(self, sim, w, size):
         change = size + self.unreported[w]
         self.unreported[w] = 0
-        total = self.total
-        old, t = sim.memory.exchange(total, w, total.value + change, sim.env._now)   # fetch_add, one call fewer
+        old, t = sim.memory.fetch_add(self.total, w, change)
         mu = (old + change) / sim.threads
         delta = self.params["eps"] * mu
         k = self.k[w] = self.k[w] + size

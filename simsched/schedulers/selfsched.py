@@ -103,14 +103,10 @@ def claim_by_index(sim, w, index, line, ranges):
 
 def index_claims(sim, w, index, line, ranges):
     """The steps of ``claim_by_index``: a claim's completion is folded into its chunk's wait, one per chunk."""
-    env = sim.env
-    loop = sim.loops[index]
-    prefix, slow, dispatch, data, n = loop.prefix.item, sim.slowdown[w], sim.costs["chunk"], loop.data, loop.n
-    # Memory.fetch_add and ChunkLog.append, one call each fewer per chunk: this loop is the family's hot path.
-    exchange, chunk_log = sim.memory.exchange, sim._chunks
-    pending, full = chunk_log.pending, chunk_log.FLUSH_AT
-    plain = data is None and sim.noise is None  # a chunk costs its iterations' work and nothing else
-    mark = None if sim.segments is None else sim.segments.append
+    env, dispatch, n = sim.env, sim.costs["chunk"], sim.loops[index].n
+    # Memory.fetch_add and record_chunk, inline: this loop is the family's hot path.
+    exchange = sim.memory.exchange
+    prefix, slow, plain, pending, full, flush, mark = sim.inline_chunks(w, index)
     # A fixed chunk's bounds are worked out here as FixedChunks[i] would, saving a call per chunk.
     k = ranges.k if isinstance(ranges, FixedChunks) else 0
     count = len(ranges)
@@ -132,7 +128,7 @@ def index_claims(sim, w, index, line, ranges):
         work = (prefix(hi) - prefix(lo)) * slow if plain else sim.chunk_time(w, index, lo, hi, start)
         pending += (w, index, lo, hi, start, start + work)
         if len(pending) >= full:
-            chunk_log.flush()
+            flush()
         if mark is not None and start > now:
             mark((w, "schedule", now, start))
         scheduling += start - now

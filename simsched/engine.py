@@ -212,7 +212,8 @@ class Simulation:
         the run can (those of a full barrier's loop): ``last`` is left alone.
         """
         spec, log = self.loops[loop], self._chunks
-        return (spec.prefix.item, self.slowdown[worker], spec.data is None and self.noise is None,
+        # A memoryview reads one float of the prefix sums at a third of what ndarray.item costs.
+        return (memoryview(spec.prefix).__getitem__, self.slowdown[worker], spec.data is None and self.noise is None,
                 log.pending, log.FLUSH_AT, log.flush, None if self.segments is None else self.segments.append)
 
     def sequential_memory_ns(self) -> float:

@@ -103,18 +103,32 @@ def claim_by_index(sim, w, index, line, ranges):
 
 def index_claims(sim, w, index, line, ranges):
     """The steps of ``claim_by_index``: a claim's completion is folded into its chunk's wait, one per chunk."""
-    env, dispatch, n = sim.env, sim.costs["chunk"], sim.loops[index].n
-    # Memory.fetch_add and record_chunk, inline: this loop is the family's hot path.
-    exchange = sim.memory.exchange
+    env, dispatch, n, mem = sim.env, sim.costs["chunk"], sim.loops[index].n, sim.memory
+    # Memory.fetch_add (its exchange) and record_chunk, inline: this loop is the family's hot path.
+    into, atomic_ns = [row[w] for row in mem.transfer], mem.atomic_ns
     prefix, slow, plain, pending, full, flush, mark = sim.inline_chunks(w, index)
     # A fixed chunk's bounds are worked out here as FixedChunks[i] would, saving a call per chunk.
     k = ranges.k if isinstance(ranges, FixedChunks) else 0
     count = len(ranges)
-    chunks = 0
+    chunks = transfers = 0
     scheduling = busy = 0.0
     while True:
         now = env._now
-        i, t = exchange(line, w, line.value + 1, now)
+        free = line.free_at
+        t = free if free > now else now
+        if line.holder != w:
+            transfers += 1
+            t += into[line.holder]
+            line.holder = w
+            line.sharers = {w}
+        elif len(line.sharers) > 1:
+            line.sharers = {w}
+        t += atomic_ns
+        i = line.value
+        line.value = i + 1
+        line.free_at = line.written_at = t
+        if line.spinners:
+            mem._notify(line, w, t)
         if i >= count:
             break
         if k:
@@ -135,6 +149,8 @@ def index_claims(sim, w, index, line, ranges):
         busy += work
         chunks += 1
         yield start + work
+    mem.atomics += chunks + 1
+    mem.transfers += transfers
     sim.counters["chunks"] += chunks
     sim.time["schedule"][w] += scheduling
     sim.time["compute"][w] += busy

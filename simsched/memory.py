@@ -32,6 +32,11 @@ import numpy as np
 from simpy.core import NORMAL
 from simpy.events import Event
 
+# The hottest scheduler loops (the self-scheduling claim, the stealing loop's take from its own
+# queue) issue their line operations inline, exactly as the methods below would, to save a call
+# each. With this False they call the methods instead; the tests run both ways and compare.
+INLINE = True
+
 
 class Line:
     """A modeled cache line: one shared word, its holder, its valid copies, and the cores spinning on it."""

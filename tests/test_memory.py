@@ -1,5 +1,6 @@
 """Modeled cache lines: transfer costs, FIFO serialization of one line, and spinners' notification."""
 
+import pytest
 import simpy
 
 from simsched.memory import Memory
@@ -139,3 +140,29 @@ def test_failed_cas_reports_the_value_found():
 def test_a_directory_serves_spinners_one_transfer_after_another():
     # Each re-read waits for the previous one's transfer (50 ns) at the directory.
     assert when_spinners_see_a_store(directory=True) == {1: 110.0, 2: 160.0, 3: 210.0}
+
+
+INLINE_CASES = [
+    ("xeon-e7-4860v2", "omp-dynamic:chunk=3", "exp-inc:n=3000", 48),
+    ("haswell-e5-2695v3", "tss", "linear:n=2000,first_ns=0,last_ns=2000", 5),
+    ("haswell-e5-2695v3", "stealing:chunk=2", "exp-inc:n=3000", 28),
+    ("haswell-e5-2695v3", "ich", "exp-dec:n=3000", 28),
+    ("xeon-e7-4860v2[noise.rate_hz=1000,noise.duration_us=10,noise.late_us=20]", "ich", "exp-dec:n=3000", 8),
+    ("xeon-e5-4620", "stealing", "arrays:n=512,bytes=4096", 8),
+    ("xeon-e5-4620", "omp-dynamic", "arrays:n=512,bytes=4096,balance=unbalanced", 8),
+]
+
+
+@pytest.mark.parametrize("machine, scheduler, workload, threads", INLINE_CASES)
+def test_hot_loops_issue_their_line_operations_as_memory_does(monkeypatch, machine, scheduler, workload, threads):
+    from simsched import memory
+    from simsched.engine import simulate
+
+    def run():
+        r = simulate(machine, scheduler, workload, threads, seed=5, repeat=2)
+        return (r.makespan_ns, r.events, sorted(r.counters.items()), r.loop_ns,
+                {state: list(times) for state, times in r.state_ns.items()}, r.chunks.values.tolist())
+
+    inline = run()
+    monkeypatch.setattr(memory, "INLINE", False)
+    assert run() == inline

@@ -18,6 +18,7 @@ shared state.
 
 from __future__ import annotations
 
+from .. import memory as memory_module
 from ..spec import Param
 from .base import STEALING_COUNTERS, block
 from .static import BARRIER_PARAM, FullBarriers
@@ -88,16 +89,45 @@ class Stealing(FullBarriers):
         # family's hot path (as index_claims is the self-scheduling one's).
         prefix, slow, plain, pending, full, flush, mark = sim.inline_chunks(w, index)
         dispatch, scheduling, computing = sim.costs["chunk"], sim.time["schedule"], sim.time["compute"]
+        # take() inline while no other core has touched this worker's lock and queue lines since it
+        # last did: its exchange, read and two stores then cost no transfer and change no holder.
+        mem, inline = sim.memory, memory_module.INLINE
+        lock, queue, atomic_ns, store_ns = self.lock[w], self.queue[w], mem.atomic_ns, mem.store_ns
+        chunk_size, extra = self.chunk_size, self.extra
+        reports = type(self).report is not Stealing.report
+        own_takes = 0
         patience = threads - 1          # random failures before the closing sweep
         give_up = patience + threads - 1
         chunks = attempts = steals = failures = 0
         size = 0                        # the chunk that just ended (0: none)
         empty = False
         while True:
-            t = self.report(sim, w, size) if size else env._now
+            t = self.report(sim, w, size) if size and reports else env._now
             size = 0
             if not empty:
-                lo, hi, t = self.take(sim, w, t)
+                if (inline and lock.holder == w and queue.holder == w and len(lock.sharers) == 1
+                        and len(queue.sharers) == 1 and not lock.spinners and not queue.spinners):
+                    own_takes += 1
+                    free = lock.free_at
+                    t = (free if free > t else t) + atomic_ns
+                    free = queue.free_at
+                    if free > t:
+                        t = free
+                    value = queue.value
+                    lo = hi = value[0]
+                    end = value[1]
+                    if lo < end:
+                        hi = lo + chunk_size(w, end - lo)
+                        if hi > end:
+                            hi = end
+                        queue.value = (hi, end, *extra(w))
+                        queue.free_at = queue.written_at = t
+                        t += store_ns
+                    lock.value = 0
+                    lock.free_at = lock.written_at = t
+                    t += store_ns
+                else:
+                    lo, hi, t = self.take(sim, w, t)
                 if hi > lo:
                     chunks += 1
                     size = hi - lo
@@ -133,6 +163,7 @@ class Stealing(FullBarriers):
             yield sim.charged(w, "steal", t)
             if failures == give_up:
                 break
+        mem.atomics += own_takes
         counters = sim.counters
         counters["chunks"] += chunks
         counters["steal_attempts"] += attempts

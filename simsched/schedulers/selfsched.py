@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from .. import memory as memory_module
 from ..spec import Param
 from .base import STEALING_COUNTERS, block, default_grain
 from .static import BARRIER_PARAM, FullBarriers
@@ -105,6 +106,7 @@ def index_claims(sim, w, index, line, ranges):
     """The steps of ``claim_by_index``: a claim's completion is folded into its chunk's wait, one per chunk."""
     env, dispatch, n, mem = sim.env, sim.costs["chunk"], sim.loops[index].n, sim.memory
     # Memory.fetch_add (its exchange) and record_chunk, inline: this loop is the family's hot path.
+    inline, exchange = memory_module.INLINE, mem.exchange
     into, atomic_ns = [row[w] for row in mem.transfer], mem.atomic_ns
     prefix, slow, plain, pending, full, flush, mark = sim.inline_chunks(w, index)
     # A fixed chunk's bounds are worked out here as FixedChunks[i] would, saving a call per chunk.
@@ -114,21 +116,24 @@ def index_claims(sim, w, index, line, ranges):
     scheduling = busy = 0.0
     while True:
         now = env._now
-        free = line.free_at
-        t = free if free > now else now
-        if line.holder != w:
-            transfers += 1
-            t += into[line.holder]
-            line.holder = w
-            line.sharers = {w}
-        elif len(line.sharers) > 1:
-            line.sharers = {w}
-        t += atomic_ns
-        i = line.value
-        line.value = i + 1
-        line.free_at = line.written_at = t
-        if line.spinners:
-            mem._notify(line, w, t)
+        if inline:
+            free = line.free_at
+            t = free if free > now else now
+            if line.holder != w:
+                transfers += 1
+                t += into[line.holder]
+                line.holder = w
+                line.sharers = {w}
+            elif len(line.sharers) > 1:
+                line.sharers = {w}
+            t += atomic_ns
+            i = line.value
+            line.value = i + 1
+            line.free_at = line.written_at = t
+            if line.spinners:
+                mem._notify(line, w, t)
+        else:
+            i, t = exchange(line, w, line.value + 1, now)
         if i >= count:
             break
         if k:
@@ -149,8 +154,9 @@ def index_claims(sim, w, index, line, ranges):
         busy += work
         chunks += 1
         yield start + work
-    mem.atomics += chunks + 1
-    mem.transfers += transfers
+    if inline:
+        mem.atomics += chunks + 1
+        mem.transfers += transfers
     sim.counters["chunks"] += chunks
     sim.time["schedule"][w] += scheduling
     sim.time["compute"][w] += busy

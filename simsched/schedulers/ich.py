@@ -221,6 +221,7 @@ class ICh(Stealing):
         # its last report (its finished chunk, and the shift a steal's averaging made) with one
         # contended atomic per chunk, rather than reading all P counts (P transfers per chunk).
         self.total = sim.memory.line("ich.completed", 0, home=0)
+        self.threads, self.eps = sim.threads, self.params["eps"]
 
     def prepare(self, sim, index):
         super().prepare(sim, index)
@@ -245,9 +246,9 @@ class ICh(Stealing):
     def report(self, sim, w, size):
         change = size + self.unreported[w]
         self.unreported[w] = 0
-        old, t = sim.memory.fetch_add(self.total, w, change)
-        mu = (old + change) / sim.threads
-        delta = self.params["eps"] * mu
+        old, t = sim.memory.fetch_add(self.total, w, change, sim.env._now)
+        mu = (old + change) / self.threads
+        delta = self.eps * mu
         k = self.k[w] = self.k[w] + size
         if k < mu - delta:              # slow: bigger chunks, less time scheduling
             self.d[w] = max(1, self.d[w] // 2)

@@ -50,6 +50,26 @@ def test_dynamic_schedules_keep_little(scheduler):
     assert e3(scheduler, 79).affinity["overall"] < 0.35
 
 
+def test_guided_keeps_its_first_chunks_in_place_only_when_the_release_order_repeats():
+    # The hyper barrier releases down a fixed tree: the workers claim guided's first, largest chunks in the
+    # same order every loop. The central one serves its spinners in arrival order, which the loops reshuffle.
+    tree = e3("omp-guided:chunk=0", 79)
+    central = e3("omp-guided:chunk=0,barrier=central", 79)
+    assert tree.affinity["overall"] > 0.5
+    assert central.affinity["overall"] < 0.15
+    # Both claim the same chunks: only who runs them, and so where their data is, differs.
+    assert tree.chunk_count == central.chunk_count
+    remote = ("remote_dram", "remote_l3_hits")
+    assert share(central, *remote) > 3 * share(tree, *remote)
+
+
+def test_the_e3_sweep_runs_both_openmp_barriers():
+    experiment = load_experiment(ROOT / "experiments" / "e3-affinity-xeon-e5.toml")
+    schedulers = {p["scheduler"] for p in experiment.points}
+    assert {"omp-guided:chunk=0", "omp-guided:chunk=0,barrier=central",
+            "omp-dynamic:chunk=0", "omp-dynamic:chunk=0,barrier=central"} <= schedulers
+
+
 def test_static_beats_dynamic_at_79_mb_because_dynamic_reads_remote_dram():
     static, dynamic = e3("omp-static", 79), e3("omp-dynamic:chunk=0", 79)
     assert static.makespan_ns < 0.8 * dynamic.makespan_ns
@@ -64,7 +84,7 @@ def test_static_beats_dynamic_at_79_mb_because_dynamic_reads_remote_dram():
 
 def test_the_e3_experiment_is_the_published_grid():
     experiment = load_experiment(ROOT / "experiments" / "e3-affinity-xeon-e5.toml")
-    assert len(experiment.points) == 240
+    assert len(experiment.points) == 336
     assert experiment.affinity is not None
     sizes = {round(simsched.get_workload(p["workload"]).footprint(16384).total / 1e6, 1)
              for p in experiment.points}

@@ -118,6 +118,9 @@ def plot_affinity(table: pd.DataFrame, out=None):
         ax.set_ylabel(f"affinity at {top} threads")
         ax.set_ylim(0, 1.05)
         ax.set_title(f"{balance or 'all'}: affinity", fontsize=9)
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
+    # One legend for every panel, below them, where it hides no line however many schedulers there are.
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    rows = -(-len(labels) // 4)
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.06 * rows / len(balances), 1, 1))
     return save_figure(fig, out)

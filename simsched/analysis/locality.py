@@ -58,15 +58,16 @@ def format_affinity_table(table: pd.DataFrame, threads: int | None = None) -> st
     threads = threads or int(table["threads"].max())
     rows = table[table["threads"] == threads]
     width = max([len(s) for s in rows["scheduler"]] + [9])
+    wide = max([len(w) for w in rows["workload"]] + [8])
     lines = [f"affinity study at {threads} threads (Ts: sequential; T1, TP: the scheduler on 1 and {threads} "
              "threads; lines served, %)",
-             f"{'workload':<44} {'scheduler':<{width}} {'TP (ms)':>9} {'T1/TP':>6} {'Ts/T1':>6} {'affinity':>8} "
+             f"{'workload':<{wide}} {'scheduler':<{width}} {'TP (ms)':>9} {'T1/TP':>6} {'Ts/T1':>6} {'affinity':>8} "
              f"{'L1+L2':>6} {'L3':>5} {'rL3':>5} {'DRAM':>5} {'rDRAM':>6}"]
     for row in rows.itertuples(index=False):
         row = row._asdict()
         affinity = "" if pd.isna(row["affinity"]) else f"{row['affinity']:.3f}"
         private = row.get("l1_hits_pct", np.nan) + row.get("l2_hits_pct", np.nan)
-        lines.append(f"{row['workload']:<44} {row['scheduler']:<{width}} {row['makespan_ns'] / 1e6:9.3f} "
+        lines.append(f"{row['workload']:<{wide}} {row['scheduler']:<{width}} {row['makespan_ns'] / 1e6:9.3f} "
                      f"{row['scalability']:6.2f} {row['work_efficiency']:6.3f} {affinity:>8} "
                      f"{private:6.1f} {row.get('l3_hits_pct', np.nan):5.1f} "
                      f"{row.get('remote_l3_hits_pct', np.nan):5.1f} {row.get('local_dram_pct', np.nan):5.1f} "

@@ -94,7 +94,11 @@ class Stealing(FullBarriers):
         mem, inline = sim.memory, memory_module.INLINE
         lock, queue, atomic_ns, store_ns = self.lock[w], self.queue[w], mem.atomic_ns, mem.store_ns
         chunk_size, extra = self.chunk_size, self.extra
-        reports = type(self).report is not Stealing.report
+        # The policy hooks a subclass leaves as they are here need no call per chunk.
+        policy = type(self)
+        reports = policy.report is not Stealing.report
+        fixed = self.params["chunk"] if policy.chunk_size is Stealing.chunk_size else 0
+        publishes = policy.extra is not Stealing.extra
         own_takes = 0
         patience = threads - 1          # random failures before the closing sweep
         give_up = patience + threads - 1
@@ -117,10 +121,10 @@ class Stealing(FullBarriers):
                     lo = hi = value[0]
                     end = value[1]
                     if lo < end:
-                        hi = lo + chunk_size(w, end - lo)
+                        hi = lo + (fixed or chunk_size(w, end - lo))
                         if hi > end:
                             hi = end
-                        queue.value = (hi, end, *extra(w))
+                        queue.value = (hi, end, *extra(w)) if publishes else (hi, end)
                         queue.free_at = queue.written_at = t
                         t += store_ns
                     lock.value = 0

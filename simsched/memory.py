@@ -34,7 +34,8 @@ from simpy.events import Event
 
 # The hottest scheduler loops (the self-scheduling claim, the stealing loop's take from its own
 # queue) issue their line operations inline, exactly as the methods below would, to save a call
-# each. With this False they call the methods instead; the tests run both ways and compare.
+# each (and the stealing loop skips the policy hooks its class does not override). With this False
+# they call the methods and every hook instead; the tests run both ways and compare.
 INLINE = True
 
 

@@ -145,6 +145,7 @@ def test_a_directory_serves_spinners_one_transfer_after_another():
 INLINE_CASES = [
     ("xeon-e7-4860v2", "omp-dynamic:chunk=3", "exp-inc:n=3000", 48),
     ("haswell-e5-2695v3", "tss", "linear:n=2000,first_ns=0,last_ns=2000", 5),
+    ("haswell-e5-2695v3", "binlpt", "exp-inc:n=3000", 12),
     ("haswell-e5-2695v3", "stealing:chunk=2", "exp-inc:n=3000", 28),
     ("haswell-e5-2695v3", "ich", "exp-dec:n=3000", 28),
     ("xeon-e7-4860v2[noise.rate_hz=1000,noise.duration_us=10,noise.late_us=20]", "ich", "exp-dec:n=3000", 8),

@@ -96,7 +96,7 @@ class Stealing(FullBarriers):
         chunk_size, extra = self.chunk_size, self.extra
         # The policy hooks a subclass leaves as they are here need no call per chunk.
         policy = type(self)
-        reports = policy.report is not Stealing.report
+        reports = not inline or policy.report is not Stealing.report
         fixed = self.params["chunk"] if policy.chunk_size is Stealing.chunk_size else 0
         publishes = policy.extra is not Stealing.extra
         own_takes = 0

@@ -251,8 +251,6 @@ def e3_checks(results: pd.DataFrame | None) -> list[Check]:
                 affinity("hybrid", "unbalanced", "min"), low=0.5, fmt=".3f"),
     ]
     for scheduler in ("cilk", "omp-dynamic", "omp-guided", *(f"{s}{CENTRAL}" for s in ("omp-dynamic", "omp-guided"))):
-        if scheduler.endswith(CENTRAL) and at is not None and not (at["scheduler"] == scheduler).any():
-            continue  # results of a sweep without the central-barrier variants
         checks.append(bounded(e, f"{scheduler}: highest affinity over the working sets", "little",
                               affinity(scheduler, None, "max"), high=0.3, fmt=".3f"))
     from .locality import working_set_mb

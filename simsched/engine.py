@@ -416,7 +416,7 @@ def simulate_program(machine, scheduler, workloads, threads: int, seed: int = 0,
                      keep_chunks: bool = True, timeline: bool = False, **params) -> Result:
     """Simulate a sequence of parallel loops run back to back by the same workers (``repeat`` times over)."""
     from .schedulers import get_scheduler
-    from .workloads import get_workload
+    from .workloads import draw_loops, get_workload
 
     if isinstance(repeat, bool) or not isinstance(repeat, (int, np.integer)) or repeat < 1:
         raise SimschedError(f"repeat must be an integer >= 1, got {repeat!r}")
@@ -429,7 +429,7 @@ def simulate_program(machine, scheduler, workloads, threads: int, seed: int = 0,
         raise SimschedError("a program needs at least one loop")
     sim = Simulation(machine, threads, seed=seed, keep_chunks=keep_chunks, timeline=timeline)
     # The run's one generator draws the costs, so the same seed gives the same loops.
-    sim.load([loop for w in specs for loop in w.loops(sim.rng)] * int(repeat))
+    sim.load([loop for w in specs for loop in draw_loops(w, sim.rng)] * int(repeat))
     result = sim.run(sched)
     result.workload = " ; ".join(w.spec for w in specs)
     result.repeat = int(repeat)

@@ -46,6 +46,52 @@ def test_same_seed_same_costs():
     assert np.array_equal(a, b)
 
 
+def test_a_process_reuses_the_loops_it_drew_from_the_same_generator_state(monkeypatch):
+    from simsched import workloads
+    monkeypatch.setattr(workloads, "_RECENT", type(workloads._RECENT)())
+    spec = get_workload("exp-dec:n=1000")
+    first_rng, again_rng, fresh_rng = (np.random.default_rng(4) for _ in range(3))
+    first = workloads.draw_loops(spec, first_rng)
+    again = workloads.draw_loops(get_workload("exp-dec:n=1000"), again_rng)
+    assert again[0] is first[0]
+    # The generator ends where drawing would leave it, so what the run draws next is unchanged.
+    drawn = spec.loops(fresh_rng)
+    assert again_rng.bit_generator.state == fresh_rng.bit_generator.state
+    assert np.array_equal(again[0].prefix, drawn[0].prefix)
+    assert not first[0].prefix.flags.writeable
+    # Another generator state, other parameters, or a class that does not declare itself reusable: drawn anew.
+    assert workloads.draw_loops(spec, np.random.default_rng(5))[0] is not first[0]
+    assert workloads.draw_loops(get_workload("exp-inc:n=1000"), np.random.default_rng(4))[0] is not first[0]
+
+    class Jittered(type(spec)):
+        calls = 0
+
+        def generate(self, rng):
+            Jittered.calls += 1
+            return super().generate(rng)
+
+    for _ in range(2):
+        workloads.draw_loops(Jittered(n=1000), np.random.default_rng(4))
+    assert Jittered.calls == 2
+    # Loops with data, or more iterations than the bound, are not kept.
+    for other in ("uforall:n=10,bytes=64", f"uforall:n={workloads.RECENT_ITERATIONS + 1}"):
+        loops = workloads.draw_loops(get_workload(other), np.random.default_rng(4))
+        assert workloads.draw_loops(get_workload(other), np.random.default_rng(4))[0] is not loops[0]
+
+
+def test_runs_on_reused_loops_equal_runs_on_fresh_ones(monkeypatch):
+    from simsched import simulate, workloads
+    monkeypatch.setattr(workloads, "_RECENT", type(workloads._RECENT)())
+    runs = [simulate("haswell-e5-2695v3", "stealing:chunk=4", "exp-inc:n=3000", 6, seed=2) for _ in range(2)]
+    assert len(workloads._RECENT) == 1
+    monkeypatch.setattr(workloads, "_RECENT", type(workloads._RECENT)())
+    monkeypatch.setattr(workloads, "RECENT_ITERATIONS", 0)
+    fresh = simulate("haswell-e5-2695v3", "stealing:chunk=4", "exp-inc:n=3000", 6, seed=2)
+    for run in runs:
+        assert run.makespan_ns == fresh.makespan_ns and run.counters == fresh.counters
+        assert run.chunks.equals(fresh.chunks)
+
+
 def test_file_workloads(tmp_path):
     csv = tmp_path / "c.csv"
     csv.write_text("cost_ns\n1\n2\n3\n")

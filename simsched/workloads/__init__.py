@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -43,6 +44,10 @@ class Workload:
     DURATION_PARAMS: ClassVar[tuple[str, ...]] = ()
     # Whether the workload takes DATA_PARAMS: a flat loop whose iterations may each touch data of their own.
     TOUCHES_DATA: ClassVar[bool] = True
+    # Whether its loops are a function of its parameters and the generator's state alone (no file, no
+    # state of its own), so that ``draw_loops`` may hand a later run the loops an earlier one drew.
+    # A class says so itself: a subclass that draws otherwise does not inherit it.
+    REUSABLE: ClassVar[bool] = False
 
     def __init__(self, **params: Any):
         self.given = dict(params)
@@ -107,6 +112,7 @@ class UForall(Workload):
 
     name = "uforall"
     summary = "n equal iterations of cost_ns each (or total_us for the whole loop)"
+    REUSABLE = True
     PARAMS = {"n": _N, "cost_ns": _cost("cost_ns", 1000.0, "ns per iteration"),
               "total_us": Param("total_us", float, 0.0, *_FINITE_NON_NEGATIVE,
                                 help="sequential time of the whole loop (overrides cost_ns)")}
@@ -125,6 +131,7 @@ class UForall(Workload):
 class Uniform(Workload):
     name = "uniform"
     summary = "costs uniform in [low_ns, high_ns)"
+    REUSABLE = True
     PARAMS = {"n": _N, "low_ns": _cost("low_ns", 0.0), "high_ns": _cost("high_ns", 2000.0)}
 
     def check(self):
@@ -139,6 +146,7 @@ class Uniform(Workload):
 class Normal(Workload):
     name = "normal"
     summary = "normally distributed costs (mean_ns, std_ns), clipped at 0"
+    REUSABLE = True
     PARAMS = {"n": _N, "mean_ns": _cost("mean_ns", 1000.0), "std_ns": _cost("std_ns", 250.0)}
 
     def generate(self, rng):
@@ -149,6 +157,7 @@ class Normal(Workload):
 class Linear(Workload):
     name = "linear"
     summary = "a ramp from first_ns to last_ns"
+    REUSABLE = True
     PARAMS = {"n": _N, "first_ns": _cost("first_ns", 0.0), "last_ns": _cost("last_ns", 2000.0)}
 
     def generate(self, rng):
@@ -162,6 +171,7 @@ class ExpIncreasing(Workload):
     name = "exp-inc"
     summary = "exponential(beta) samples x unit_ns, sorted ascending (iCh synth)"
     descending = False
+    REUSABLE = True
     PARAMS = {"n": _N,
               "beta": Param("beta", float, 1e6, lambda v: v > 0, "> 0", help="exponential scale"),
               "unit_ns": Param("unit_ns", float, 1e-3, lambda v: v > 0, "> 0",
@@ -177,6 +187,7 @@ class ExpIncreasing(Workload):
 class ExpDecreasing(ExpIncreasing):
     name = "exp-dec"
     summary = "exponential(beta) samples x unit_ns, sorted descending (iCh synth)"
+    REUSABLE = True
     descending = True
 
 
@@ -368,6 +379,37 @@ REGISTRY: dict[str, type[Workload]] = {
 }
 
 
+# The loops this process drew lately, by workload and generator state: a sweep runs one workload on
+# many schedulers and thread counts, and sorting 10^6 draws costs more than a run of a few hundred chunks.
+_RECENT: "OrderedDict[tuple, tuple[list[Loop], dict]]" = OrderedDict()
+RECENT_ITERATIONS = 4_000_000  # what _RECENT may hold in all: 32 MB of prefix sums
+
+
+def draw_loops(workload: Workload, rng: np.random.Generator) -> list[Loop]:
+    """``workload.loops(rng)``, or the same loops again if this process drew them from the same generator state.
+
+    Reused loops leave ``rng`` in the state drawing them would, so a run cannot tell the
+    difference. Only flat loops without data are kept; their prefix sums are made read-only.
+    """
+    if not vars(type(workload)).get("REUSABLE", False):
+        return workload.loops(rng)
+    key = (type(workload), tuple(sorted(workload.params.items())), repr(rng.bit_generator.state))
+    if key in _RECENT:
+        _RECENT.move_to_end(key)
+        loops, state = _RECENT[key]
+        rng.bit_generator.state = state
+        return list(loops)
+    loops = workload.loops(rng)
+    size = sum(loop.n for loop in loops)
+    if size <= RECENT_ITERATIONS and all(loop.data is None and not loop.inner for loop in loops):
+        for loop in loops:
+            loop.prefix.flags.writeable = False
+        _RECENT[key] = (loops, rng.bit_generator.state)
+        while sum(loop.n for kept, _ in _RECENT.values() for loop in kept) > RECENT_ITERATIONS:
+            _RECENT.popitem(last=False)
+    return list(loops)
+
+
 def get_workload(spec: "str | Workload | np.ndarray", **params: Any) -> Workload:
     """A workload from a ``name:key=value,...`` spec, a Workload, or an array of costs."""
     if isinstance(spec, Workload):
@@ -380,4 +422,4 @@ def get_workload(spec: "str | Workload | np.ndarray", **params: Any) -> Workload
     return REGISTRY[name](**{**given, **params})
 
 
-__all__ = ["REGISTRY", "Workload", "get_workload"]
+__all__ = ["REGISTRY", "Workload", "draw_loops", "get_workload"]

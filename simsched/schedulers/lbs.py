@@ -517,7 +517,7 @@ class LoopTasks(Scheduler):
 
     # -- executing tasks ------------------------------------------------------------------
     def execute(self, sim, w: int, task: Task):
-        """The steps that run ``task`` (returned, not delegated to: every resumption of a task passes one level fewer)."""
+        """The steps that run ``task``, returned rather than delegated to: each resumption passes one level fewer."""
         if task.kind == SINGLE:
             return self.execute_singles(sim, w, task)
         if task.kind == CREATE:

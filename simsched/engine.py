@@ -58,7 +58,8 @@ class Simulation:
         self.counters: Counter = Counter()
         self.memory = Memory(self.env, machine.latency[np.ix_(self.cores, self.cores)],
                              self.costs, machine.serve_ns, machine.transfer_fraction,
-                             directory=machine.coherence == "directory")
+                             directory=machine.coherence == "directory",
+                             reservations=machine.atomics == "reservation")
         self.slowdown = [float(x) for x in machine.speed_factors(self.threads)]
         # Interruptions and late arrivals drawn from the machine's [noise]; None without (chunks cost their work).
         self.noise = Noise.of(machine, self.cores, self.rng)

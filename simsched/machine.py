@@ -59,6 +59,7 @@ SCHEMA: dict[str, dict[str, tuple]] = {
     "coherence": {
         "protocol": _key(str, False, None),  # snoop: spinners told at once; directory: one by one
         "serve_ns": _key(float, False),
+        "atomics": _key(str, False, None),   # locked: requests queue for the line; reservation: LL/SC retries
     },
     "costs_ns": {
         "atomic": _key(float),
@@ -89,6 +90,7 @@ SCHEMA: dict[str, dict[str, tuple]] = {
     },
 }
 _TOP_LEVEL = {"name": str, "description": str}
+ATOMICS = ("locked", "reservation")
 # The memory hierarchy ([cache.l1], [cache.l2], ..., [dram]): nested tables, checked in hierarchy.py.
 _HIERARCHY_SECTIONS = ("cache", "dram")
 # OS noise and late arrival ([noise]): checked in noise.py.
@@ -98,7 +100,7 @@ _REQUIRED_SECTIONS = ("topology", "clock", "latency_ns", "costs_ns")
 # What a machine file that leaves out [coherence] or [os] (or one of their keys) gets: shown
 # as "(default)" by ``simsched machines NAME``, so a what-if machine states only what it changes.
 DEFAULTS: dict[str, dict[str, Any]] = {
-    "coherence": {"protocol": "snoop", "serve_ns": 0.0},
+    "coherence": {"protocol": "snoop", "serve_ns": 0.0, "atomics": "locked"},
     "os": {"wakeup_ns": 0.0},
 }
 
@@ -178,6 +180,11 @@ class Machine:
     @property
     def coherence(self) -> str:
         return self.setting("coherence", "protocol")
+
+    @property
+    def atomics(self) -> str:
+        """How atomics take a contended line: ``locked`` (they queue for it) or ``reservation`` (LL/SC, retried)."""
+        return self.setting("coherence", "atomics")
 
     @property
     def serve_ns(self) -> float:
@@ -289,7 +296,7 @@ class Machine:
             return " (default)" if setting in defaulted else ""
 
         lines.append(f"  coherence: {self.coherence}{mark('coherence.protocol')}, serve {self.serve_ns} ns "
-                     f"per spinner{mark('coherence.serve_ns')}")
+                     f"per spinner{mark('coherence.serve_ns')}, {self.atomics} atomics{mark('coherence.atomics')}")
         lines.append("  software costs (ns): " + ", ".join(
             f"{k} {v:g}" for k, v in self.data["costs_ns"].items()))
         if self.wakeup_ns or "os.wakeup_ns" in defaulted:
@@ -360,6 +367,9 @@ def _validate(data: dict[str, Any], source: str) -> None:
     protocol = data.get("coherence", {}).get("protocol", DEFAULTS["coherence"]["protocol"])
     if protocol not in ("snoop", "directory"):
         raise SimschedError(f"{source}: coherence.protocol must be snoop or directory, got {protocol!r}")
+    atomics = data.get("coherence", {}).get("atomics", DEFAULTS["coherence"]["atomics"])
+    if atomics not in ATOMICS:
+        raise SimschedError(f"{source}: coherence.atomics must be {' or '.join(ATOMICS)}, got {atomics!r}")
     lat = data["latency_ns"]
     if _NOISE_SECTION in data:
         check_noise(data[_NOISE_SECTION], topo["sockets"] * topo["cores_per_socket"], source)

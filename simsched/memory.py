@@ -16,6 +16,12 @@ Every shared word a scheduler uses lives on a :class:`Line`. The cost model:
 * A core spinning on a line learns of a write ``lat(writer, spinner)`` after it
   becomes visible; the line's source then serves the spinners' re-reads one after
   another, ``serve_ns`` each (near zero for a snooping broadcast).
+* With *reservation* atomics (load-linked / store-conditional, as the Cell SPE's
+  getllar / putllc) a core does not queue for a line: it reserves it and writes it
+  conditionally. An atomic issued while another core's write to the line is still
+  pending loses its reservation to that write and retries once it sees it: it starts
+  ``lat(writer, core)`` after the write, not one transfer after, and counts a
+  ``lost_reservations``.
 
 Operations are issued at the current simulation time and return the time at which
 they complete, so a caller can fold several costs into one SimPy timeout: the event
@@ -61,7 +67,7 @@ class Memory:
     """The modeled shared memory of one run: allocates lines and charges their operations."""
 
     def __init__(self, env, latency, costs: dict[str, float], serve_ns: float,
-                 transfer_fraction: float = 0.5, directory: bool = False):
+                 transfer_fraction: float = 0.5, directory: bool = False, reservations: bool = False):
         self.env = env
         # Nested lists index faster than a NumPy matrix on this hot path. Equal latencies share one float
         # object, so that a 1,024-core table is a few hot floats behind its pointers, not a million cold ones.
@@ -72,6 +78,7 @@ class Memory:
         self.lat = [list(map(latencies.__getitem__, row)) for row in index]
         self.transfer = [list(map(transfers.__getitem__, row)) for row in index]
         self.directory = directory
+        self.reservations = reservations
         self.atomic_ns = costs["atomic"]
         self.store_ns = costs["store"]
         self.serve_ns = serve_ns
@@ -80,9 +87,10 @@ class Memory:
         self.atomics = 0
         self.transfers = 0
         self.cas_failures = 0
+        self.lost_reservations = 0
 
     # The counters the memory model adds to a run's (the schedulers' own come on top).
-    COUNTERS = ("atomics", "transfers", "cas_failures")
+    COUNTERS = ("atomics", "transfers", "cas_failures", "lost_reservations")
 
     def tally(self, counters) -> None:
         """Add this memory's operation counts to ``counters``."""
@@ -147,7 +155,14 @@ class Memory:
         holder = line.holder
         if holder != core:
             self.transfers += 1
-            start += self.transfer[holder][core]
+            if self.reservations and start > now:
+                # Another core's write was pending when this one reserved the line: the store-conditional
+                # fails, and the retry reserves the line again once the write is seen (as a spinner sees it).
+                self.lost_reservations += 1
+                self.transfers += 1   # the failed attempt's fetch, besides the retry's
+                start += self.lat[holder][core]
+            else:
+                start += self.transfer[holder][core]
             line.holder = core
             line.sharers = {core}
         elif len(line.sharers) > 1:

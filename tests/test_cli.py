@@ -172,12 +172,13 @@ def test_a_machine_without_coherence_or_os_gets_the_listed_defaults(tmp_path):
     bare.write_text(without_sections(text, "[coherence]", "[os]"), encoding="utf-8")
     explicit = tmp_path / "explicit.toml"
     explicit.write_text(without_sections(text, "[coherence]", "[os]")
-                        + '[coherence]\nprotocol = "snoop"\nserve_ns = 0\n[os]\nwakeup_ns = 0\n', encoding="utf-8")
+                        + '[coherence]\nprotocol = "snoop"\nserve_ns = 0\natomics = "locked"\n[os]\nwakeup_ns = 0\n',
+                        encoding="utf-8")
     described = simsched_cli("machines", str(bare)).stdout
-    assert "coherence: snoop (default), serve 0.0 ns per spinner (default)" in described
+    assert "coherence: snoop (default), serve 0.0 ns per spinner (default), locked atomics (default)" in described
     assert "wake-up latency: 0 ns (default)" in described
     assert json.loads(simsched_cli("machines", str(bare), "--json").stdout)["defaults"] == {
-        "coherence.protocol": "snoop", "coherence.serve_ns": 0.0, "os.wakeup_ns": 0.0}
+        "coherence.protocol": "snoop", "coherence.serve_ns": 0.0, "coherence.atomics": "locked", "os.wakeup_ns": 0.0}
     assert "(default)" not in simsched_cli("machines", "haswell-e5-2695v3").stdout
     assert json.loads(simsched_cli("machines", "haswell-e5-2695v3", "--json").stdout)["defaults"] == {}
     # serve_ns and wakeup_ns matter to these runs, so the defaults are exactly the values listed.

@@ -106,6 +106,8 @@ def raw(name="haswell-e5-2695v3"):
     (lambda d: d["latency_ns"].__setitem__("same_socket", 1e300), "must be a finite number up to 1e\\+12"),
     (lambda d: d["topology"].__setitem__("cores_per_socket", 5000), "at most 1024 are supported"),
     (lambda d: d["coherence"].__setitem__("protocol", "magic"), "coherence.protocol"),
+    (lambda d: d["coherence"].__setitem__("atomics", "llsc"),
+     "coherence.atomics must be locked or reservation, got 'llsc'"),
     (lambda d: d["latency_ns"].__setitem__("matrix", [[0, 1], [1, 0]]), "latency_ns.matrix must be a 28x28"),
 ])
 def test_bad_machine_files_name_the_bad_key(mutate, message):

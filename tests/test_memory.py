@@ -6,11 +6,12 @@ import simpy
 from simsched.memory import Memory
 
 
-def make_memory(cores=4, lat=100.0, atomic=10.0, store=1.0, serve=0.0, fraction=0.5, directory=False):
+def make_memory(cores=4, lat=100.0, atomic=10.0, store=1.0, serve=0.0, fraction=0.5, directory=False,
+                reservations=False):
     env = simpy.Environment()
     latency = [[0.0 if a == b else lat for b in range(cores)] for a in range(cores)]
     costs = {"atomic": atomic, "store": store}
-    memory = Memory(env, latency, costs, serve, fraction, directory)
+    memory = Memory(env, latency, costs, serve, fraction, directory, reservations)
     return env, memory, memory
 
 
@@ -55,6 +56,48 @@ def test_contention_cost_grows_linearly_with_contenders():
         last = max(mem.fetch_add(line, w, 1)[1] for w in range(n))
         ends.append(last)
     assert ends == [70.0, 190.0, 430.0]
+
+
+def test_contended_reservation_atomics_each_lose_a_reservation_and_retry_a_latency_after():
+    env, mem, _ = make_memory(reservations=True)
+    line = mem.line("counter", 0, home=0)
+    ends = [mem.fetch_add(line, w, 1)[1] for w in range(4)]
+    # Worker 0 holds the line: 10 ns. Each later one reserved the line while the previous write was pending:
+    # it sees that write 100 ns (one way) after it lands, then its own atomic, 10 ns. Queued: 70, 130, 190.
+    assert ends == [10.0, 120.0, 230.0, 340.0]
+    assert line.value == 4 and line.holder == 3
+    assert (mem.lost_reservations, mem.transfers, mem.atomics) == (3, 6, 4)
+
+
+def test_reservation_atomics_lose_nothing_without_a_pending_write_of_another_core():
+    env, mem, _ = make_memory(reservations=True)
+    line = mem.line("x", 0, home=0)
+    _, first = mem.fetch_add(line, 0, 1)
+    _, own = mem.fetch_add(line, 0, 1, at=0.0)      # behind its own pending write: no reservation of another lost
+    assert (first, own) == (10.0, 20.0)
+    _, later = mem.fetch_add(line, 1, 1, at=25.0)   # the line is free again: one transfer, as a queued atomic
+    assert later == 25.0 + 50.0 + 10.0
+    assert mem.lost_reservations == 0 and mem.transfers == 1
+    # A lock held until its unlock store: the contender retries once it sees the unlock.
+    lock = mem.line("lock", 0, home=1)
+    _, held = mem.exchange(lock, 1, 1, at=100.0)
+    unlocked = mem.store(lock, 1, 0, at=held + 40.0)
+    old, got = mem.exchange(lock, 2, 1, at=110.0)
+    assert (old, got) == (0, (unlocked - 1.0) + 100.0 + 10.0) and mem.lost_reservations == 1
+
+
+def test_reservation_atomics_slow_a_contended_claim_loop_on_the_cell():
+    from simsched.engine import simulate
+
+    runs = {atomics: simulate(f'cell-qs22[coherence.atomics="{atomics}"]', "omp-dynamic:chunk=1",
+                              "uforall:n=4000", 16, keep_chunks=False)
+            for atomics in ("locked", "reservation")}
+    assert "lost_reservations" not in runs["locked"].counters
+    lost = runs["reservation"].counters["lost_reservations"]
+    # Sixteen SPEs claiming one counter: nearly every claim finds another's write pending.
+    assert 0.9 * 4000 < lost <= 4000 + 16
+    assert runs["reservation"].makespan_ns > 1.3 * runs["locked"].makespan_ns
+    assert simulate("cell-qs22", "omp-dynamic:chunk=1", "uforall:n=4000", 16).counters["lost_reservations"] == lost
 
 
 def test_spinner_sees_a_store_one_way_latency_later():
@@ -151,6 +194,8 @@ INLINE_CASES = [
     ("xeon-e7-4860v2[noise.rate_hz=1000,noise.duration_us=10,noise.late_us=20]", "ich", "exp-dec:n=3000", 8),
     ("xeon-e5-4620", "stealing", "arrays:n=512,bytes=4096", 8),
     ("xeon-e5-4620", "omp-dynamic", "arrays:n=512,bytes=4096,balance=unbalanced", 8),
+    ("cell-qs22", "omp-dynamic:chunk=2", "exp-inc:n=3000", 16),   # reservation atomics: the claim calls the method
+    ("cell-qs22", "stealing", "exp-inc:n=3000", 16),
 ]
 
 

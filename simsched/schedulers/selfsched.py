@@ -106,7 +106,8 @@ def index_claims(sim, w, index, line, ranges):
     """The steps of ``claim_by_index``: a claim's completion is folded into its chunk's wait, one per chunk."""
     env, dispatch, n, mem = sim.env, sim.costs["chunk"], sim.loops[index].n, sim.memory
     # Memory.fetch_add (its exchange) and record_chunk, inline: this loop is the family's hot path.
-    inline, exchange = memory_module.INLINE, mem.exchange
+    # (Reservation atomics take the method: a lost reservation is not among what the inline copy does.)
+    inline, exchange = memory_module.INLINE and not mem.reservations, mem.exchange
     into, atomic_ns = [row[w] for row in mem.transfer], mem.atomic_ns
     prefix, slow, plain, pending, full, flush, mark = sim.inline_chunks(w, index)
     # A fixed chunk's bounds are worked out here as FixedChunks[i] would, saving a call per chunk.

@@ -137,6 +137,29 @@ def test_calibrate_writes_a_loadable_machine_with_plausible_values(tmp_path, cap
     assert simulate(machine, "fg-tree", "uforall:n=100", p).makespan_ns > 0
 
 
+def test_calibrate_states_the_atomics_of_the_cpu_architecture():
+    import platform
+    import tomllib
+    from pathlib import Path
+
+    from simsched.machine import Machine
+    from simsched.native.calibrate import atomics_line
+
+    UNIFORM = Path(__file__).resolve().parent.parent / "machines" / "uniform.toml"
+
+    assert atomics_line("x86_64").startswith('atomics = "locked"')
+    assert atomics_line("aarch64", "processor : 0\nFeatures : fp asimd atomics crc32\n").startswith('atomics = "locked"')
+    assert atomics_line("aarch64", "processor : 0\nFeatures : fp asimd crc32\n").startswith('atomics = "reservation"')
+    assert atomics_line("ppc64le").startswith('atomics = "reservation"')
+    assert atomics_line("mips").startswith("# atomics: not known for mips")
+    # The line this host gets is valid TOML that the machine file's checks accept.
+    line = atomics_line()
+    if not line.startswith("#"):
+        data = tomllib.loads(f"[coherence]\n{line}\n")
+        machine = Machine.from_dict({**tomllib.loads(UNIFORM.read_text(encoding="utf-8")), **data}, "host.toml")
+        assert machine.atomics == data["coherence"]["atomics"], platform.machine()
+
+
 def test_transfer_fraction_is_the_cas_ping_pong_less_an_atomic_over_the_read_spin_one():
     from simsched.native.calibrate import transfer_fraction
 

@@ -34,6 +34,30 @@ def _clock_ghz() -> tuple[float, str]:
     return 1.0, "not readable here; 1.0 is a placeholder"
 
 
+def atomics_line(arch: str | None = None, cpuinfo: str | None = None) -> str:
+    """The ``[coherence] atomics`` line for this CPU's architecture, or a comment where it is not known."""
+    arch = (arch if arch is not None else platform.machine()).lower()
+    if arch in ("x86_64", "amd64", "i386", "i686"):
+        return f'atomics = "locked"         # {arch}: a LOCK-prefixed read-modify-write holds the line (cache locking)'
+    if arch in ("aarch64", "arm64"):
+        if cpuinfo is None:
+            try:
+                cpuinfo = Path("/proc/cpuinfo").read_text()
+            except OSError:
+                cpuinfo = ""
+        features = {word for line in cpuinfo.splitlines() if line.lower().startswith("features")
+                    for word in line.split(":", 1)[1].split()}
+        if "atomics" in features:
+            return (f'atomics = "locked"         # {arch} with LSE (/proc/cpuinfo: atomics): single-instruction '
+                    "atomics, which the runtime's atomics compile to where the CPU has them")
+        return (f'atomics = "reservation"    # {arch} without LSE (no "atomics" in /proc/cpuinfo): atomics are '
+                "load-exclusive / store-exclusive loops")
+    if arch.startswith(("ppc", "powerpc")):
+        return (f'atomics = "reservation"    # {arch}: atomics are lwarx / stwcx. loops (load and reserve, '
+                "store conditional)")
+    return f"# atomics: not known for {arch}; the simulator's default (locked) applies"
+
+
 def measure(threads: int | None = None, rounds: int = 20000, progress=print) -> dict:
     """Run every probe on the first ``threads`` CPUs (default: all): a dict of the measured values."""
     from . import _native, cores
@@ -173,6 +197,7 @@ transfer_fraction = {fraction:.3f}   # median over pairs of (compare-and-swap pi
 [coherence]
 protocol = "snoop"
 serve_ns = {serve:.2f}          # (fetch-and-add with all {p} threads contending - uncontended) / {max(p - 1, 1)}
+{atomics_line()}
 
 [costs_ns]
 atomic = {atomic:.2f}            # uncontended fetch-and-add, 200,000 in a row on one thread

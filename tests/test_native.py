@@ -413,6 +413,10 @@ def test_calibrate_writes_a_loadable_hierarchy_with_increasing_sizes(tmp_path):
     assert hierarchy.outstanding_misses >= 1
     text = out.read_text()
     assert "pointer chase" in text and "independent random load" in text and "sysfs" in text
+    # The misses in flight are what the stride kernel overlaps: DRAM latency over its time per line.
+    latency, per_line = map(float, re.search(r"DRAM chase latency ([0-9.]+) ns / ([0-9.]+) ns per line of the "
+                                             r"stride kernel", text).groups())
+    assert abs(hierarchy.outstanding_misses - max(1, round(latency / per_line))) <= 1
 
 
 @needs_native

@@ -3,7 +3,9 @@
 The probes live in the C extension (``_native.memory``): a pointer chase around a random
 cycle of lines (dependent loads: the latency), the stream kernel of native runs (each double
 loaded, incremented and stored back in order: one core's bandwidth, and all cores' together
-for DRAM) and independent random loads (how many misses overlap). The bandwidths are what the
+for DRAM) and independent random loads (how many misses overlap where no prefetcher helps). The
+stride kernel of native runs (13 doubles apart, modulo each iteration's own array) measures how many
+misses the workloads' ``stride`` pattern overlaps, prefetcher included. The bandwidths are what the
 memory kernels get, which update their data: a read-only stream reports several times more
 than they can use, and the locality model charges every access of theirs at these rates.
 Each probe runs on pinned threads under a time bound, like the other calibration probes.
@@ -25,6 +27,7 @@ STREAM_BYTES = 256 << 20   # each bandwidth measurement updates at least this mu
 CHASE_LOADS = 1_000_000    # timed dependent loads per latency measurement (DRAM: a third of it)
 TRIES = 3                  # each figure is the best of this many measurements: others share the CPUs
 JITTER_RUNS = 11           # repetitions of one stream whose spread of times is the memory-time jitter
+STRIDE_ARRAY_BYTES = 16 << 10  # the stride probe's array per iteration (the locality check's 2x L3 set on 4,096)
 SEED = 0x5EED              # the probes' random cycles and addresses (any fixed value: they only need to be random)
 
 
@@ -123,6 +126,17 @@ def independent_ns(cpu: int, size: int, line: int) -> float:
     return min(_probe("independent", [cpu], size, line, CHASE_LOADS) for _ in range(TRIES))
 
 
+def stride_ns(size: int, line: int) -> float:
+    """Best ns per line of the native stride kernel (the ``arrays`` workload) on one thread over ``size`` bytes."""
+    from . import run
+
+    n = max(1, size // STRIDE_ARRAY_BYTES)
+    workload = f"arrays:n={n},bytes={STRIDE_ARRAY_BYTES},balance=balanced"
+    # The first loop of each run places the pages; the later ones find them in DRAM, not in a cache.
+    best = min(min(run("omp-static", workload, 1, repeat=3).loop_ns[1:]) for _ in range(TRIES))
+    return best / (n * STRIDE_ARRAY_BYTES / line)
+
+
 def jitter_cv(cpu: int, size: int, line: int) -> float:
     """The relative standard deviation of the time of one stream over ``size`` bytes, repeated on one core."""
     import statistics
@@ -145,9 +159,10 @@ def measure_hierarchy(cpus: list[int], progress=print) -> dict:
                          "bandwidth_gbs": stream_gbs([first], size, line)})
     dram_bytes = DRAM_FACTOR * levels[-1].size_bytes if levels else DRAM_FALLBACK
     dram_bytes = max(min(dram_bytes, memory_available() // 4), 4 * line)
-    progress(f"DRAM: pointer chase, independent loads and stream kernel over {dram_bytes >> 20} MiB")
+    progress(f"DRAM: pointer chase, independent loads, stride and stream kernels over {dram_bytes >> 20} MiB")
     dram_latency = chase_ns(first, dram_bytes, line, CHASE_LOADS // 3)
     independent = independent_ns(first, dram_bytes, line)
+    strided = stride_ns(dram_bytes, line)
     bandwidth = stream_gbs([first], dram_bytes, line)
     jitter = jitter_cv(first, dram_bytes, line)
     # All threads together: the same total working set split over 1..P of them; the best aggregate.
@@ -155,7 +170,8 @@ def measure_hierarchy(cpus: list[int], progress=print) -> dict:
     shared = [bandwidth] + [stream_gbs(cpus[:k], max(dram_bytes // k, 4 * line), line)
                             for k in range(2, len(cpus) + 1)]
     return {"line_bytes": line, "levels": measured, "dram_bytes": dram_bytes, "dram_latency_ns": dram_latency,
-            "independent_ns": independent, "outstanding_misses": max(1, round(dram_latency / independent)),
+            "independent_ns": independent, "stride_ns": strided,
+            "outstanding_misses": max(1, round(dram_latency / strided)),
             "dram_bandwidth_gbs": bandwidth, "shared_gbs": shared, "jitter_cv": jitter, "memory_bytes": memory_total(),
             "cpu": first}
 
@@ -193,8 +209,11 @@ def hierarchy_text(m: dict) -> str:
                        f"over {size} again and again (each double loaded, incremented, stored back), GB/s updated")]
         if i == 0:
             out.append(_entry("outstanding_misses", f"{m['outstanding_misses']}", f"round(DRAM chase latency "
-                              f"{m['dram_latency_ns']:.1f} ns / {m['independent_ns']:.2f} ns per independent random "
-                              f"load over {_kib(m['dram_bytes'])}): misses in flight at once"))
+                              f"{m['dram_latency_ns']:.1f} ns / {m['stride_ns']:.2f} ns per line of the stride kernel "
+                              f"on one thread over {_kib(m['dram_bytes'])} in {_kib(STRIDE_ARRAY_BYTES)} arrays): "
+                              "the misses in flight the stride pattern gets, prefetcher included (independent random "
+                              f"loads, which no prefetcher follows: {m['independent_ns']:.2f} ns, "
+                              f"{max(1, round(m['dram_latency_ns'] / m['independent_ns']))} in flight)"))
         out.append("")
     dram_latency = max(round(m["dram_latency_ns"], 2), floor)
     shared = m["shared_gbs"]

@@ -27,7 +27,7 @@ STREAM_BYTES = 256 << 20   # each bandwidth measurement updates at least this mu
 CHASE_LOADS = 1_000_000    # timed dependent loads per latency measurement (DRAM: a third of it)
 TRIES = 3                  # each figure is the best of this many measurements: others share the CPUs
 JITTER_RUNS = 11           # repetitions of one stream whose spread of times is the memory-time jitter
-STRIDE_ARRAY_BYTES = 16 << 10  # the stride probe's array per iteration (the locality check's 2x L3 set on 4,096)
+STRIDE_ARRAY_BYTES = 16 << 10  # the stride probe's array per iteration: a prefetcher's gain depends on it
 SEED = 0x5EED              # the probes' random cycles and addresses (any fixed value: they only need to be random)
 
 

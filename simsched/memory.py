@@ -40,8 +40,9 @@ from simpy.events import Event
 
 # The hottest scheduler loops (the self-scheduling claim, the stealing loop's take from its own
 # queue) issue their line operations inline, exactly as the methods below would, to save a call
-# each (and the stealing loop skips the policy hooks its class does not override). With this False
-# they call the methods and every hook instead; the tests run both ways and compare.
+# each (and the stealing loop skips the policy hooks its class does not override). The claim's copy
+# has no lost reservations, so on a machine with reservation atomics it calls the method. With this
+# False they call the methods and every hook instead; the tests run both ways and compare.
 INLINE = True
 
 

@@ -90,7 +90,8 @@ class Stealing(FullBarriers):
         prefix, slow, plain, pending, full, flush, mark = sim.inline_chunks(w, index)
         dispatch, scheduling, computing = sim.costs["chunk"], sim.time["schedule"], sim.time["compute"]
         # take() inline while no other core has touched this worker's lock and queue lines since it
-        # last did: its exchange, read and two stores then cost no transfer and change no holder.
+        # last did: its exchange, read and two stores then cost no transfer, change no holder and
+        # (the worker holding both lines) lose no reservation.
         mem, inline = sim.memory, memory_module.INLINE
         lock, queue, atomic_ns, store_ns = self.lock[w], self.queue[w], mem.atomic_ns, mem.store_ns
         chunk_size, extra = self.chunk_size, self.extra

@@ -92,6 +92,9 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown sweep {unknown[0]!r} (known: {', '.join(SWEEPS)})")
 
+    from simsched import memory
+    print("hot loops:", "compiled (simsched._speedups)" if memory.speedups is not None and memory.INLINE
+          else "Python (simsched._speedups not built)")
     print(f"{'family':<18} {'scheduler':<22} {'P':>3} {'events':>8} {'chunks':>8} {'events/s':>10} "
           f"{'chunks/s':>10} {'bare ev/s':>10} {'ev ratio':>8} {'bare ev/chunk':>13}")
     for label, machine, scheduler, workload, threads in FAMILIES:

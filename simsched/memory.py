@@ -45,6 +45,14 @@ from simpy.events import Event
 # False they call the methods and every hook instead; the tests run both ways and compare.
 INLINE = True
 
+# The same inline loops compiled (simsched/_speedups.c: the claim, the stealing loop, and iCh's report), taken
+# on plain loops (no data, no noise) where built and INLINE holds; None where the extension is not built, or
+# to run the Python loops, which are the reference: the tests compare all three ways.
+try:
+    from . import _speedups as speedups
+except ImportError:
+    speedups = None
+
 
 class Line:
     """A modeled cache line: one shared word, its holder, its valid copies, and the cores spinning on it."""

@@ -1,5 +1,8 @@
 """Modeled cache lines: transfer costs, FIFO serialization of one line, and spinners' notification."""
 
+import os
+
+import numpy as np
 import pytest
 import simpy
 
@@ -196,6 +199,7 @@ INLINE_CASES = [
     ("xeon-e5-4620", "omp-dynamic", "arrays:n=512,bytes=4096,balance=unbalanced", 8),
     ("cell-qs22", "omp-dynamic:chunk=2", "exp-inc:n=3000", 16),   # reservation atomics: the claim calls the method
     ("cell-qs22", "stealing", "exp-inc:n=3000", 16),
+    ("cell-qs22", "ich", "exp-dec:n=3000", 16),   # the compiled loop calls the report, whose atomic may be lost
 ]
 
 
@@ -205,10 +209,33 @@ def test_hot_loops_issue_their_line_operations_as_memory_does(monkeypatch, machi
     from simsched.engine import simulate
 
     def run():
-        r = simulate(machine, scheduler, workload, threads, seed=5, repeat=2)
+        r = simulate(machine, scheduler, workload, threads, seed=5, repeat=2, timeline=True)
         return (r.makespan_ns, r.events, sorted(r.counters.items()), r.loop_ns,
-                {state: list(times) for state, times in r.state_ns.items()}, r.chunks.values.tolist())
+                {state: list(times) for state, times in r.state_ns.items()}, r.chunks.values.tolist(),
+                r.segments.values.tolist())
 
     inline = run()
+    if memory.speedups is not None:     # the compiled loops, then the same loops in Python
+        monkeypatch.setattr(memory, "speedups", None)
+        assert run() == inline
     monkeypatch.setattr(memory, "INLINE", False)
     assert run() == inline
+
+
+def test_the_compiled_loops_are_built():
+    # Where a C compiler is at hand (CI, a development install) the optional extension must build:
+    # otherwise the comparison above would quietly test the Python loops against themselves.
+    from simsched import memory
+    if memory.speedups is None and os.environ.get("CI"):
+        pytest.fail("simsched._speedups did not build")
+    if memory.speedups is None:
+        pytest.skip("simsched._speedups is not built here")
+
+
+def test_compiled_loops_refuse_what_is_not_a_line():
+    from simsched import memory
+    if memory.speedups is None:
+        pytest.skip("simsched._speedups is not built here")
+    with pytest.raises(TypeError):
+        memory.speedups.claims(None, 0, 0, object(), [], 1.0, 1, 1, [], 1, np.zeros(2), 0.0, [], 1.0, list, 6,
+                               None, print, print)

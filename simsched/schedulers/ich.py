@@ -18,6 +18,8 @@ shared state.
 
 from __future__ import annotations
 
+from functools import partial
+
 from .. import memory as memory_module
 from ..spec import Param
 from .base import STEALING_COUNTERS, block
@@ -78,13 +80,39 @@ class Stealing(FullBarriers):
     def stolen(self, w, victim):
         """A successful steal read ``victim`` (the victim's queue line value)."""
 
+    def adaptive(self, sim, w):
+        """What the compiled steps need to run this policy's hooks themselves (None: they call them)."""
+        return None
+
     # -- the algorithm --------------------------------------------------------------------------
     def share(self, sim, w, index):
         yield from sim.drive(self.steps(sim, w, index))
 
     def steps(self, sim, w, index):
-        """Worker ``w``'s chunks and steal attempts, as ``Simulation.drive`` runs them."""
-        env, threads, rng = sim.env, sim.threads, sim.rng
+        """Worker ``w``'s chunks and steal attempts, as ``Simulation.drive`` runs them.
+
+        On a plain loop, with the take issued inline, the compiled copy of ``python_steps``
+        takes them when it is built (``simsched._speedups``); it calls the policy's hooks,
+        ``take`` and ``attempt`` as the Python loop does.
+        """
+        speedups = memory_module.speedups
+        if not (memory_module.INLINE and speedups is not None and sim.loops[index].data is None
+                and sim.noise is None):
+            return self.python_steps(sim, w, index)
+        mem, policy = sim.memory, type(self)
+        prefix, slow, plain, pending, full, flush, mark = sim.inline_chunks(w, index)
+        fixed = self.params["chunk"] if policy.chunk_size is Stealing.chunk_size else 0
+        extra = self.extra if policy.extra is not Stealing.extra else None
+        report = partial(self.report, sim, w) if policy.report is not Stealing.report else None
+        return speedups.steals(sim.env, w, index, sim.threads, self.lock[w], self.queue[w], mem.atomic_ns,
+                               mem.store_ns, fixed, self.chunk_size, extra, report, partial(self.take, sim, w),
+                               partial(self.attempt, sim, w), sim.charged, partial(self.finished, sim, w),
+                               sim.time["schedule"], sim.time["compute"], sim.loops[index].prefix,
+                               sim.costs["chunk"], pending, slow, flush, full, mark, self.adaptive(sim, w))
+
+    def python_steps(self, sim, w, index):
+        """``steps`` in Python."""
+        env, threads = sim.env, sim.threads
         # Chunks are recorded inline, as record_chunk records them and in the same order: this loop is the
         # family's hot path (as index_claims is the self-scheduling one's).
         prefix, slow, plain, pending, full, flush, mark = sim.inline_chunks(w, index)
@@ -101,8 +129,7 @@ class Stealing(FullBarriers):
         fixed = self.params["chunk"] if policy.chunk_size is Stealing.chunk_size else 0
         publishes = policy.extra is not Stealing.extra
         own_takes = 0
-        patience = threads - 1          # random failures before the closing sweep
-        give_up = patience + threads - 1
+        give_up = 2 * (threads - 1)     # the random failures and the closing sweep (see ``attempt``)
         chunks = attempts = steals = failures = 0
         size = 0                        # the chunk that just ended (0: none)
         empty = False
@@ -152,13 +179,8 @@ class Stealing(FullBarriers):
             if threads == 1:
                 break
             # One steal attempt, folded into the same wait as the failed take before it, if any.
-            if failures < patience:
-                v = int(rng.integers(threads - 1))
-                v += v >= w
-            else:
-                v = (w + 1 + failures - patience) % threads
             attempts += 1
-            got, t = self.steal(sim, w, v, t)
+            got, t = self.attempt(sim, w, failures, t)
             if got:
                 steals += 1
                 failures = 0
@@ -168,7 +190,29 @@ class Stealing(FullBarriers):
             yield sim.charged(w, "steal", t)
             if failures == give_up:
                 break
-        mem.atomics += own_takes
+        return self.finished(sim, w, own_takes, 0, chunks, attempts, steals, t)
+
+    def attempt(self, sim, w, failures, at):
+        """One steal attempt at ``at`` after ``failures`` failed ones in a row: (iterations stolen, when done).
+
+        The first P - 1 victims in a row are drawn at random; then each other queue in turn.
+        """
+        threads = sim.threads
+        patience = threads - 1
+        if failures < patience:
+            v = int(sim.rng.integers(patience))
+            v += v >= w
+        else:
+            v = (w + 1 + failures - patience) % threads
+        return self.steal(sim, w, v, at)
+
+    def finished(self, sim, w, atomics, transfers, chunks, attempts, steals, t):
+        """Account a worker's loop once it leaves it at ``t``: ``(when, None)`` for ``drive``.
+
+        ``atomics`` and ``transfers`` are those the loop issued inline, not through ``Memory``.
+        """
+        sim.memory.atomics += atomics
+        sim.memory.transfers += transfers
         counters = sim.counters
         counters["chunks"] += chunks
         counters["steal_attempts"] += attempts
@@ -244,6 +288,13 @@ class ICh(Stealing):
 
     def chunk_size(self, w, left):
         return max(1, left // self.d[w])
+
+    def adaptive(self, sim, w):
+        mem = sim.memory
+        if mem.reservations or type(self).report is not ICh.report:   # the compiled report has no lost reservations
+            return None
+        return (self.total, self.k, self.d, self.unreported, sim.counters, self.eps, self.n,
+                [row[w] for row in mem.transfer], mem._notify)
 
     def least(self, w):
         return 1

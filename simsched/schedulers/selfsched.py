@@ -103,15 +103,52 @@ def claim_by_index(sim, w, index, line, ranges):
 
 
 def index_claims(sim, w, index, line, ranges):
-    """The steps of ``claim_by_index``: a claim's completion is folded into its chunk's wait, one per chunk."""
+    """The steps of ``claim_by_index``: a claim's completion is folded into its chunk's wait, one per chunk.
+
+    Where the claim is issued inline on a plain loop, the compiled copy of these steps takes
+    them when it is built (``simsched._speedups``); otherwise ``index_claim_steps`` does.
+    """
+    mem, loop = sim.memory, sim.loops[index]
+    inline, speedups = memory_module.INLINE and not mem.reservations, memory_module.speedups
+    if inline and speedups is not None and loop.data is None and sim.noise is None:
+        prefix, slow, plain, pending, full, flush, mark = sim.inline_chunks(w, index)
+
+        def finish(chunks, transfers, scheduling, busy, t):
+            return claimed(sim, w, inline, chunks, transfers, scheduling, busy, t)
+
+        k, count = fixed_chunk(ranges), len(ranges)
+        return speedups.claims(sim.env, w, index, line, [row[w] for row in mem.transfer], mem.atomic_ns, k,
+                               count, ranges, loop.n, loop.prefix, sim.costs["chunk"], pending, slow, flush,
+                               full, mark, mem._notify, finish)
+    return index_claim_steps(sim, w, index, line, ranges, inline)
+
+
+def fixed_chunk(ranges) -> int:
+    """A fixed chunk's size, whose bounds the claim loops work out as ``FixedChunks[i]`` would (else 0)."""
+    return ranges.k if isinstance(ranges, FixedChunks) else 0
+
+
+def claimed(sim, w, inline, chunks, transfers, scheduling, busy, t):
+    """Account a claim loop's chunks and time once it leaves; return ``(when, chunks)`` for ``drive``."""
+    if inline:
+        mem = sim.memory
+        mem.atomics += chunks + 1
+        mem.transfers += transfers
+    sim.counters["chunks"] += chunks
+    sim.time["schedule"][w] += scheduling
+    sim.time["compute"][w] += busy
+    return sim.charged(w, "schedule", t), chunks
+
+
+def index_claim_steps(sim, w, index, line, ranges, inline):
+    """``index_claims`` in Python; with ``inline``, the fetch-and-add is issued in the loop, as ``Memory`` does it."""
     env, dispatch, n, mem = sim.env, sim.costs["chunk"], sim.loops[index].n, sim.memory
     # Memory.fetch_add (its exchange) and record_chunk, inline: this loop is the family's hot path.
     # (Reservation atomics take the method: a lost reservation is not among what the inline copy does.)
-    inline, exchange = memory_module.INLINE and not mem.reservations, mem.exchange
+    exchange = mem.exchange
     into, atomic_ns = [row[w] for row in mem.transfer], mem.atomic_ns
     prefix, slow, plain, pending, full, flush, mark = sim.inline_chunks(w, index)
-    # A fixed chunk's bounds are worked out here as FixedChunks[i] would, saving a call per chunk.
-    k = ranges.k if isinstance(ranges, FixedChunks) else 0
+    k = fixed_chunk(ranges)
     count = len(ranges)
     chunks = transfers = 0
     scheduling = busy = 0.0
@@ -155,13 +192,7 @@ def index_claims(sim, w, index, line, ranges):
         busy += work
         chunks += 1
         yield start + work
-    if inline:
-        mem.atomics += chunks + 1
-        mem.transfers += transfers
-    sim.counters["chunks"] += chunks
-    sim.time["schedule"][w] += scheduling
-    sim.time["compute"][w] += busy
-    return sim.charged(w, "schedule", t), chunks
+    return claimed(sim, w, inline, chunks, transfers, scheduling, busy, t)
 
 
 class IndexedChunks(SelfScheduling):

@@ -1,0 +1,689 @@
+/* The simulator's hottest loop in C: the self-scheduling claim, one chunk per step.
+ *
+ * simsched.schedulers.selfsched.index_claims is the reference: this iterator takes the same
+ * steps with the same floating-point operations in the same order, so a run gives the same
+ * result bit for bit with or without it (tests/test_memory.py runs both). It is used only
+ * where that Python loop issues the claim inline (see simsched.memory.INLINE), and the module
+ * is optional: without a C compiler the Python loop runs.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <structmember.h>
+
+static PyObject *s_now;
+
+/* A modeled line's fields (simsched.memory.Line), read and written in its __slots__ directly, as
+ * their member descriptors do it, without an attribute look-up each. */
+enum field { VALUE, HOLDER, FREE_AT, WRITTEN_AT, SHARERS, SPINNERS, FIELDS };
+static const char *field_names[FIELDS] = {"value", "holder", "free_at", "written_at", "sharers", "spinners"};
+static PyTypeObject *line_type;
+static Py_ssize_t field_offset[FIELDS];
+
+/* Check that ``line`` is a Line, finding the fields' offsets the first time; -1 with an error set. */
+static int bind_line(PyObject *line) {
+    if (line_type != NULL) {
+        if (Py_TYPE(line) == line_type) return 0;
+        PyErr_Format(PyExc_TypeError, "expected a %s, got %s", line_type->tp_name, Py_TYPE(line)->tp_name);
+        return -1;
+    }
+    PyTypeObject *type = Py_TYPE(line);
+    for (int f = 0; f < FIELDS; f++) {
+        PyObject *descr = PyObject_GetAttrString((PyObject *)type, field_names[f]);
+        if (descr == NULL) return -1;
+        int ok = Py_IS_TYPE(descr, &PyMemberDescr_Type)
+                 && ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX;
+        if (ok) field_offset[f] = ((PyMemberDescrObject *)descr)->d_member->offset;
+        Py_DECREF(descr);
+        if (!ok) {
+            PyErr_Format(PyExc_TypeError, "%s.%s is not a slot", type->tp_name, field_names[f]);
+            return -1;
+        }
+    }
+    Py_INCREF(type);
+    line_type = type;
+    return 0;
+}
+
+static PyObject *field(PyObject *line, enum field f) {  /* a borrowed reference, or NULL with an error */
+    PyObject *value = *(PyObject **)((char *)line + field_offset[f]);
+    if (value == NULL) PyErr_Format(PyExc_AttributeError, "line has no %s", field_names[f]);
+    return value;
+}
+
+static int set_field(PyObject *line, enum field f, PyObject *value) {  /* takes over the reference */
+    if (value == NULL) return -1;
+    PyObject **slot = (PyObject **)((char *)line + field_offset[f]);
+    PyObject *old = *slot;
+    *slot = value;
+    Py_XDECREF(old);
+    return 0;
+}
+
+static int set_field_ref(PyObject *line, enum field f, PyObject *value) {  /* a new reference of its own */
+    Py_INCREF(value);
+    return set_field(line, f, value);
+}
+
+/* -1 with an error set on failure. */
+static int as_double(PyObject *v, double *out) {
+    if (v == NULL) return -1;
+    *out = PyFloat_CheckExact(v) ? PyFloat_AS_DOUBLE(v) : PyFloat_AsDouble(v);
+    return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int as_long(PyObject *v, long long *out) {
+    if (v == NULL) return -1;
+    *out = PyLong_AsLongLong(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int field_double(PyObject *line, enum field f, double *out) { return as_double(field(line, f), out); }
+static int field_long(PyObject *line, enum field f, long long *out) { return as_long(field(line, f), out); }
+
+/* The simulation clock: the environment's ``_now``, read from its instance dict. */
+static int clock_now(PyObject *env_dict, double *out) {
+    PyObject *now = PyDict_GetItemWithError(env_dict, s_now);
+    if (now == NULL && !PyErr_Occurred()) PyErr_SetString(PyExc_AttributeError, "environment has no _now");
+    return as_double(now, out);
+}
+
+/* A set holding ``item`` alone (new reference, or NULL). */
+static PyObject *set_of(PyObject *item) {
+    PyObject *set = PySet_New(NULL);
+    if (set != NULL && PySet_Add(set, item) < 0) Py_CLEAR(set);
+    return set;
+}
+
+/* Store ``t`` as when the line's last write is done and visible. */
+static int written(PyObject *line, double t) {
+    PyObject *tf = PyFloat_FromDouble(t);
+    if (tf == NULL) return -1;
+    Py_INCREF(tf);
+    set_field(line, FREE_AT, tf);
+    return set_field(line, WRITTEN_AT, tf);
+}
+
+/* What both loops record a chunk with, as Simulation.inline_chunks hands it to the Python loops. */
+typedef struct {
+    PyObject *worker, *index, *pending, *flush, *mark;
+    Py_buffer prefix;
+    int has_prefix;
+    long long full;
+    double dispatch, slow;
+} Sink;
+
+static int Sink_init(Sink *sink, long long w, long long index, PyObject *prefix, double dispatch,
+                     PyObject *pending, double slow, PyObject *flush, long long full, PyObject *mark) {
+    if (!PyList_Check(pending)) {
+        PyErr_SetString(PyExc_TypeError, "pending must be a list");
+        return -1;
+    }
+    if (PyObject_GetBuffer(prefix, &sink->prefix, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    sink->has_prefix = 1;
+    if (sink->prefix.format == NULL || strcmp(sink->prefix.format, "d") != 0) {
+        PyErr_SetString(PyExc_TypeError, "the prefix sums must be float64");
+        return -1;
+    }
+    if ((sink->worker = PyLong_FromLongLong(w)) == NULL || (sink->index = PyLong_FromLongLong(index)) == NULL)
+        return -1;
+    Py_INCREF(pending); sink->pending = pending;
+    Py_INCREF(flush); sink->flush = flush;
+    Py_INCREF(mark); sink->mark = mark;
+    sink->full = full; sink->dispatch = dispatch; sink->slow = slow;
+    return 0;
+}
+
+static void Sink_clear(Sink *sink) {
+    Py_XDECREF(sink->worker); Py_XDECREF(sink->index); Py_XDECREF(sink->pending); Py_XDECREF(sink->flush);
+    Py_XDECREF(sink->mark);
+    if (sink->has_prefix) PyBuffer_Release(&sink->prefix);
+}
+
+/* Log chunk [lo, hi), claimed at t while the clock reads now, as the Python loops log it: its start
+ * and compute time go to *start and *work; -1 with an error set on failure. */
+static int Sink_record(Sink *sink, long long lo, long long hi, double t, double now, double *start, double *work) {
+    const double *prefix = (const double *)sink->prefix.buf;
+    Py_ssize_t size = sink->prefix.len / (Py_ssize_t)sizeof(double);
+    if (lo < 0 || hi >= size || lo > hi) {
+        PyErr_SetString(PyExc_IndexError, "chunk bounds outside the loop's prefix sums");
+        return -1;
+    }
+    *start = t + sink->dispatch;
+    *work = (prefix[hi] - prefix[lo]) * sink->slow;
+    PyObject *fields[6] = {sink->worker, sink->index, PyLong_FromLongLong(lo), PyLong_FromLongLong(hi),
+                           PyFloat_FromDouble(*start), PyFloat_FromDouble(*start + *work)};
+    int failed = 0;
+    for (int f = 0; f < 6; f++) {
+        if (fields[f] == NULL || (!failed && PyList_Append(sink->pending, fields[f]) < 0)) failed = 1;
+    }
+    for (int f = 2; f < 6; f++) Py_XDECREF(fields[f]);
+    if (failed) return -1;
+    if (PyList_GET_SIZE(sink->pending) >= sink->full) {
+        PyObject *r = PyObject_CallNoArgs(sink->flush);
+        if (r == NULL) return -1;
+        Py_DECREF(r);
+    }
+    if (sink->mark != Py_None && *start > now) {
+        PyObject *r = PyObject_CallFunction(sink->mark, "((OsNN))", sink->worker, "schedule",
+                                            PyFloat_FromDouble(now), PyFloat_FromDouble(*start));
+        if (r == NULL) return -1;
+        Py_DECREF(r);
+    }
+    return 0;
+}
+
+/* Raise StopIteration carrying ``value`` (a tuple would otherwise be taken for its arguments). */
+static PyObject *stop_with(PyObject *value) {
+    if (value == NULL) return NULL;
+    PyObject *stop = PyObject_CallOneArg(PyExc_StopIteration, value);
+    Py_DECREF(value);
+    if (stop == NULL) return NULL;
+    PyErr_SetObject(PyExc_StopIteration, stop);
+    Py_DECREF(stop);
+    return NULL;
+}
+
+typedef struct {
+    PyObject_HEAD
+    Sink sink;
+    PyObject *env_dict, *line, *into, *ranges, *notify, *finish;
+    long long w, k, count, n;
+    double atomic_ns;
+    long long chunks, transfers;
+    double scheduling, busy;
+    int done;
+} Claims;
+
+static void Claims_dealloc(Claims *self) {
+    Py_XDECREF(self->env_dict); Py_XDECREF(self->line); Py_XDECREF(self->into); Py_XDECREF(self->ranges);
+    Py_XDECREF(self->notify); Py_XDECREF(self->finish);
+    Sink_clear(&self->sink);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Memory.exchange's locked fetch-and-add of ``add`` on ``line`` by core w at ``now`` (no lost
+ * reservations: the callers leave machines with reservation atomics to the Python method). The
+ * old value goes to *old, the completion to *done; a transfer of the line counts in *transfers.
+ * ``into`` is the transfer time of a line from each core to w. */
+static int fetch_add(PyObject *line, long long w, PyObject *worker, long long add, double now, PyObject *into,
+                     double atomic_ns, PyObject *notify, long long *old, double *done, long long *transfers) {
+    double free, t;
+    long long holder;
+    if (field_double(line, FREE_AT, &free) < 0 || field_long(line, HOLDER, &holder) < 0) return -1;
+    t = free > now ? free : now;
+    if (holder != w) {
+        *transfers += 1;
+        if (holder < 0 || holder >= PyList_GET_SIZE(into)) {
+            PyErr_SetString(PyExc_IndexError, "line holder out of range");
+            return -1;
+        }
+        double transfer;
+        if (as_double(PyList_GET_ITEM(into, holder), &transfer) < 0) return -1;
+        t += transfer;
+        set_field_ref(line, HOLDER, worker);
+        if (set_field(line, SHARERS, set_of(worker)) < 0) return -1;
+    } else {
+        PyObject *sharers = field(line, SHARERS);
+        if (sharers == NULL) return -1;
+        Py_ssize_t size = PySet_Size(sharers);
+        if (size < 0) return -1;
+        if (size > 1 && set_field(line, SHARERS, set_of(worker)) < 0) return -1;
+    }
+    t += atomic_ns;
+    if (field_long(line, VALUE, old) < 0) return -1;
+    if (set_field(line, VALUE, PyLong_FromLongLong(*old + add)) < 0 || written(line, t) < 0) return -1;
+    *done = t;
+    PyObject *spinners = field(line, SPINNERS);
+    if (spinners == NULL) return -1;
+    int spinning = PyObject_IsTrue(spinners);
+    if (spinning < 0) return -1;
+    if (spinning) {
+        PyObject *r = PyObject_CallFunctionObjArgs(notify, line, worker, field(line, FREE_AT), NULL);
+        if (r == NULL) return -1;
+        Py_DECREF(r);
+    }
+    return 0;
+}
+
+static PyObject *Claims_next(Claims *self) {
+    if (self->done) return NULL;
+    double now, t;
+    long long i;
+    if (clock_now(self->env_dict, &now) < 0
+        || fetch_add(self->line, self->w, self->sink.worker, 1, now, self->into, self->atomic_ns, self->notify, &i, &t,
+                     &self->transfers) < 0)
+        return NULL;
+    if (i >= self->count) {
+        self->done = 1;
+        return stop_with(PyObject_CallFunction(self->finish, "LLddd", self->chunks, self->transfers,
+                                               self->scheduling, self->busy, t));
+    }
+    long long lo, hi;
+    if (self->k) {
+        lo = i * self->k;
+        hi = lo + self->k;
+        if (hi > self->n) hi = self->n;
+    } else {
+        PyObject *bounds = PySequence_GetItem(self->ranges, (Py_ssize_t)i);
+        if (bounds == NULL) return NULL;
+        int ok = PyArg_ParseTuple(bounds, "LL", &lo, &hi);
+        Py_DECREF(bounds);
+        if (!ok) return NULL;
+    }
+    double start, work;
+    if (Sink_record(&self->sink, lo, hi, t, now, &start, &work) < 0) return NULL;
+    self->scheduling += start - now;
+    self->busy += work;
+    self->chunks += 1;
+    return PyFloat_FromDouble(start + work);
+}
+
+static PyObject *Claims_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *env, *line, *into, *ranges, *prefix, *pending, *flush, *mark, *notify, *finish;
+    long long w, index, k, count, n, full;
+    double atomic_ns, dispatch, slow;
+    if (!PyArg_ParseTuple(args, "OLLOOdLLOLOdOdOLOOO:claims", &env, &w, &index, &line, &into, &atomic_ns,
+                          &k, &count, &ranges, &n, &prefix, &dispatch, &pending, &slow, &flush, &full, &mark,
+                          &notify, &finish))
+        return NULL;
+    if (!PyList_Check(into)) {
+        PyErr_SetString(PyExc_TypeError, "claims: into must be a list");
+        return NULL;
+    }
+    Claims *self = (Claims *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    if (Sink_init(&self->sink, w, index, prefix, dispatch, pending, slow, flush, full, mark) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    if (bind_line(line) < 0 || (self->env_dict = PyObject_GetAttrString(env, "__dict__")) == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    Py_INCREF(line); self->line = line;
+    Py_INCREF(into); self->into = into;
+    Py_INCREF(ranges); self->ranges = ranges;
+    Py_INCREF(notify); self->notify = notify;
+    Py_INCREF(finish); self->finish = finish;
+    self->w = w; self->k = k; self->count = count; self->n = n;
+    self->atomic_ns = atomic_ns;
+    return (PyObject *)self;
+}
+
+static PyTypeObject ClaimsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "simsched._speedups.claims",
+    .tp_doc = PyDoc_STR("The self-scheduling claim loop's steps, as index_claims takes them."),
+    .tp_basicsize = sizeof(Claims),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = Claims_new,
+    .tp_dealloc = (destructor)Claims_dealloc,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)Claims_next,
+};
+
+/* iCh's policy (simsched.schedulers.ich.ICh: report, chunk_size, extra), on the scheduler's own lists
+ * of every thread's k, d and unreported change, so that its Python methods (a take after a thief
+ * touched the queue, a steal) see what these steps change, and the reverse. */
+typedef struct {
+    PyObject *total, *k, *d, *unreported, *counters, *into, *notify, *halved, *doubled;
+    double eps;
+    long long n;
+} Adaptive;
+
+static void Adaptive_clear(Adaptive *ich) {
+    Py_XDECREF(ich->total); Py_XDECREF(ich->k); Py_XDECREF(ich->d); Py_XDECREF(ich->unreported);
+    Py_XDECREF(ich->counters); Py_XDECREF(ich->into); Py_XDECREF(ich->notify); Py_XDECREF(ich->halved);
+    Py_XDECREF(ich->doubled);
+}
+
+static int Adaptive_init(Adaptive *ich, PyObject *spec) {
+    PyObject *total, *k, *d, *unreported, *counters, *into, *notify;
+    if (!PyArg_ParseTuple(spec, "OOOOOdLOO:adaptive", &total, &k, &d, &unreported, &counters, &ich->eps, &ich->n,
+                          &into, &notify))
+        return -1;
+    if (!PyList_Check(k) || !PyList_Check(d) || !PyList_Check(unreported) || !PyList_Check(into)) {
+        PyErr_SetString(PyExc_TypeError, "adaptive: k, d, unreported and into must be lists");
+        return -1;
+    }
+    PyObject **fields[] = {&ich->total, &ich->k, &ich->d, &ich->unreported, &ich->counters, &ich->into, &ich->notify};
+    PyObject *values[] = {total, k, d, unreported, counters, into, notify};
+    for (size_t f = 0; f < sizeof(values) / sizeof(values[0]); f++) {
+        Py_INCREF(values[f]);
+        *fields[f] = values[f];
+    }
+    if ((ich->halved = PyUnicode_InternFromString("d_halved")) == NULL
+        || (ich->doubled = PyUnicode_InternFromString("d_doubled")) == NULL)
+        return -1;
+    return bind_line(ich->total);
+}
+
+static int item_long(PyObject *list, long long w, long long *out) {
+    return as_long(PyList_GetItem(list, (Py_ssize_t)w), out);
+}
+
+static int set_item_long(PyObject *list, long long w, long long value) {
+    PyObject *v = PyLong_FromLongLong(value);
+    return v == NULL ? -1 : PyList_SetItem(list, (Py_ssize_t)w, v);
+}
+
+static int count(PyObject *counters, PyObject *name) {  /* counters[name] += 1 */
+    PyObject *old = PyObject_GetItem(counters, name);
+    if (old == NULL) return -1;
+    PyObject *one = PyLong_FromLong(1);
+    PyObject *sum = one == NULL ? NULL : PyNumber_Add(old, one);
+    Py_DECREF(old);
+    Py_XDECREF(one);
+    if (sum == NULL) return -1;
+    int rc = PyObject_SetItem(counters, name, sum);
+    Py_DECREF(sum);
+    return rc;
+}
+
+/* ICh.report: worker w finished a chunk of ``size``; add its progress to the shared total (one
+ * fetch-and-add at the current time) and adapt d against the mean. Sets *t to when it is done. */
+static int Adaptive_report(Adaptive *ich, PyObject *env_dict, long long w, PyObject *worker, long long threads,
+                           double atomic_ns, long long size, double *t, long long *atomics, long long *transfers) {
+    long long unreported, old, k, d;
+    double now;
+    if (item_long(ich->unreported, w, &unreported) < 0 || set_item_long(ich->unreported, w, 0) < 0
+        || clock_now(env_dict, &now) < 0)
+        return -1;
+    long long change = size + unreported;
+    if (fetch_add(ich->total, w, worker, change, now, ich->into, atomic_ns, ich->notify, &old, t, transfers) < 0)
+        return -1;
+    *atomics += 1;
+    double mu = (double)(old + change) / (double)threads;   /* exact as Python's int / int below 2**53 */
+    double delta = ich->eps * mu;
+    if (item_long(ich->k, w, &k) < 0 || set_item_long(ich->k, w, k + size) < 0 || item_long(ich->d, w, &d) < 0)
+        return -1;
+    k += size;
+    if ((double)k < mu - delta) {
+        if (set_item_long(ich->d, w, d / 2 > 1 ? d / 2 : 1) < 0 || count(ich->counters, ich->halved) < 0) return -1;
+    } else if ((double)k > mu + delta) {
+        if (set_item_long(ich->d, w, 2 * d < ich->n ? 2 * d : ich->n) < 0 || count(ich->counters, ich->doubled) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* ICh.chunk_size: max(1, left // d). */
+static int Adaptive_chunk(Adaptive *ich, long long w, long long left, long long *size) {
+    long long d;
+    if (item_long(ich->d, w, &d) < 0) return -1;
+    if (d < 1) {
+        PyErr_SetString(PyExc_ValueError, "iCh's divisor must be at least 1");
+        return -1;
+    }
+    *size = left / d > 1 ? left / d : 1;
+    return 0;
+}
+
+/* The queue line's value: (begin, end, k, d). */
+static PyObject *Adaptive_bounds(Adaptive *ich, long long w, long long begin, long long end) {
+    PyObject *k = PyList_GetItem(ich->k, (Py_ssize_t)w), *d = PyList_GetItem(ich->d, (Py_ssize_t)w);
+    if (k == NULL || d == NULL) return NULL;
+    return Py_BuildValue("(LLOO)", begin, end, k, d);
+}
+
+/* The chunked-stealing loop (simsched.schedulers.ich.Stealing.steps): the owner's take from its own
+ * queue and its chunks in C; the rest (a take after a thief touched the queue, a steal attempt,
+ * the policy's hooks) calls back into the scheduler's Python. */
+typedef struct {
+    PyObject_HEAD
+    Sink sink;
+    PyObject *env_dict, *lock, *queue, *zero, *chunk_size, *extra, *report, *take, *attempt, *charged, *finish;
+    PyObject *scheduling, *computing;
+    Adaptive ich;
+    int adaptive;
+    long long w, threads, fixed, patience, give_up;
+    double atomic_ns, store_ns;
+    long long size, failures, chunks, attempts, steals, atomics, transfers;
+    double t;
+    int empty, after_attempt, done;
+} Steals;
+
+static void Steals_dealloc(Steals *self) {
+    Py_XDECREF(self->env_dict); Py_XDECREF(self->lock); Py_XDECREF(self->queue); Py_XDECREF(self->zero);
+    Py_XDECREF(self->chunk_size); Py_XDECREF(self->extra); Py_XDECREF(self->report); Py_XDECREF(self->take);
+    Py_XDECREF(self->attempt); Py_XDECREF(self->charged); Py_XDECREF(self->finish);
+    Py_XDECREF(self->scheduling); Py_XDECREF(self->computing);
+    Adaptive_clear(&self->ich);
+    Sink_clear(&self->sink);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Whether worker w alone holds ``line``, with no one spinning on it: 1, 0, or -1 with an error set. */
+static int held_alone(PyObject *line, long long w) {
+    long long holder;
+    if (field_long(line, HOLDER, &holder) < 0) return -1;
+    if (holder != w) return 0;
+    PyObject *sharers = field(line, SHARERS);
+    if (sharers == NULL) return -1;
+    Py_ssize_t size = PySet_Size(sharers);
+    if (size < 0) return -1;
+    if (size != 1) return 0;
+    PyObject *spinners = field(line, SPINNERS);
+    if (spinners == NULL) return -1;
+    int spinning = PyObject_IsTrue(spinners);
+    return spinning < 0 ? -1 : !spinning;
+}
+
+/* Add ``x`` to item w of a list of floats, as ``times[w] += x`` does. */
+static int add_to(PyObject *times, long long w, double x) {
+    PyObject *old = PyList_GetItem(times, (Py_ssize_t)w);
+    if (old == NULL) return -1;
+    double value = PyFloat_AsDouble(old);
+    if (value == -1.0 && PyErr_Occurred()) return -1;
+    PyObject *sum = PyFloat_FromDouble(value + x);
+    if (sum == NULL) return -1;
+    return PyList_SetItem(times, (Py_ssize_t)w, sum);
+}
+
+static double call_double(PyObject *callable, PyObject *args) {  /* -1.0 with an error set on failure */
+    if (args == NULL) return -1.0;
+    PyObject *r = PyObject_Call(callable, args, NULL);
+    Py_DECREF(args);
+    if (r == NULL) return -1.0;
+    double value = PyFloat_AsDouble(r);
+    Py_DECREF(r);
+    return value;
+}
+
+static PyObject *Steals_finish(Steals *self) {
+    self->done = 1;
+    return stop_with(PyObject_CallFunction(self->finish, "LLLLLd", self->atomics, self->transfers, self->chunks,
+                                           self->attempts, self->steals, self->t));
+}
+
+/* The owner's take, issued inline while it alone holds its lock and queue lines (nothing moves or
+ * waits): lock, read the bounds, store the new ones, unlock. Sets *lo, *hi and self->t. */
+static int own_take(Steals *self, long long *lo, long long *hi) {
+    double t = self->t, free;
+    self->atomics += 1;
+    if (field_double(self->lock, FREE_AT, &free) < 0) return -1;
+    t = (free > t ? free : t) + self->atomic_ns;
+    if (field_double(self->queue, FREE_AT, &free) < 0) return -1;
+    if (free > t) t = free;
+    PyObject *value = field(self->queue, VALUE);
+    if (value == NULL) return -1;
+    if (!PyTuple_Check(value) || PyTuple_GET_SIZE(value) < 2) {
+        PyErr_SetString(PyExc_TypeError, "a queue line's value must be a tuple (begin, end, ...)");
+        return -1;
+    }
+    long long begin, end;
+    if (as_long(PyTuple_GET_ITEM(value, 0), &begin) < 0 || as_long(PyTuple_GET_ITEM(value, 1), &end) < 0)
+        return -1;
+    *lo = *hi = begin;
+    if (begin < end) {
+        long long size = self->fixed;
+        if (self->adaptive) {
+            if (Adaptive_chunk(&self->ich, self->w, end - begin, &size) < 0) return -1;
+        } else if (!size) {
+            PyObject *r = PyObject_CallFunction(self->chunk_size, "LL", self->w, end - begin);
+            int failed = as_long(r, &size);
+            Py_XDECREF(r);
+            if (failed) return -1;
+        }
+        *hi = begin + size;
+        if (*hi > end) *hi = end;
+        PyObject *bounds = self->adaptive ? Adaptive_bounds(&self->ich, self->w, *hi, end)
+                                          : Py_BuildValue("(LL)", *hi, end);
+        if (bounds == NULL) return -1;
+        if (!self->adaptive && self->extra != Py_None) {
+            PyObject *more = PyObject_CallOneArg(self->extra, self->sink.worker);
+            PyObject *joined = more == NULL ? NULL : PySequence_Concat(bounds, more);
+            Py_DECREF(bounds);
+            Py_XDECREF(more);
+            if (joined == NULL) return -1;
+            bounds = joined;
+        }
+        if (set_field(self->queue, VALUE, bounds) < 0 || written(self->queue, t) < 0) return -1;
+        t += self->store_ns;
+    }
+    set_field_ref(self->lock, VALUE, self->zero);
+    if (written(self->lock, t) < 0) return -1;
+    self->t = t + self->store_ns;
+    return 0;
+}
+
+static PyObject *Steals_next(Steals *self) {
+    if (self->done) return NULL;
+    if (self->after_attempt) {
+        self->after_attempt = 0;
+        if (self->failures == self->give_up) return Steals_finish(self);
+    }
+    for (;;) {
+        if (self->size && self->adaptive) {
+            if (Adaptive_report(&self->ich, self->env_dict, self->w, self->sink.worker, self->threads, self->atomic_ns,
+                                self->size, &self->t, &self->atomics, &self->transfers) < 0)
+                return NULL;
+        } else if (self->size && self->report != Py_None) {
+            self->t = call_double(self->report, Py_BuildValue("(L)", self->size));
+            if (self->t == -1.0 && PyErr_Occurred()) return NULL;
+        } else if (clock_now(self->env_dict, &self->t) < 0) {
+            return NULL;
+        }
+        self->size = 0;
+        if (!self->empty) {
+            long long lo, hi;
+            int alone = held_alone(self->lock, self->w);
+            if (alone > 0) alone = held_alone(self->queue, self->w);
+            if (alone < 0) return NULL;
+            if (alone) {
+                if (own_take(self, &lo, &hi) < 0) return NULL;
+            } else {
+                PyObject *r = PyObject_CallFunction(self->take, "d", self->t);
+                if (r == NULL) return NULL;
+                int ok = PyArg_ParseTuple(r, "LLd", &lo, &hi, &self->t);
+                Py_DECREF(r);
+                if (!ok) return NULL;
+            }
+            if (hi > lo) {
+                double now, start, work;
+                self->chunks += 1;
+                self->size = hi - lo;
+                if (clock_now(self->env_dict, &now) < 0) return NULL;
+                if (Sink_record(&self->sink, lo, hi, self->t, now, &start, &work) < 0) return NULL;
+                if (add_to(self->scheduling, self->w, start - now) < 0 || add_to(self->computing, self->w, work) < 0)
+                    return NULL;
+                return PyFloat_FromDouble(start + work);
+            }
+            self->empty = 1;
+        }
+        if (self->threads == 1) return Steals_finish(self);
+        /* One steal attempt, folded into the same wait as the failed take before it, if any. */
+        self->attempts += 1;
+        PyObject *r = PyObject_CallFunction(self->attempt, "Ld", self->failures, self->t);
+        if (r == NULL) return NULL;
+        long long got;
+        int ok = PyArg_ParseTuple(r, "Ld", &got, &self->t);
+        Py_DECREF(r);
+        if (!ok) return NULL;
+        if (got) {
+            self->steals += 1;
+            self->failures = 0;
+            self->empty = 0;
+        } else {
+            self->failures += 1;
+        }
+        self->after_attempt = 1;
+        return PyObject_CallFunction(self->charged, "Osd", self->sink.worker, "steal", self->t);
+    }
+}
+
+static PyObject *Steals_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *env, *lock, *queue, *chunk_size, *extra, *report, *take, *attempt, *charged, *finish;
+    PyObject *scheduling, *computing, *prefix, *pending, *flush, *mark, *adaptive;
+    long long w, index, threads, fixed, full;
+    double atomic_ns, store_ns, dispatch, slow;
+    if (!PyArg_ParseTuple(args, "OLLLOOddLOOOOOOOOOOdOdOLOO:steals", &env, &w, &index, &threads, &lock, &queue,
+                          &atomic_ns, &store_ns, &fixed, &chunk_size, &extra, &report, &take, &attempt, &charged,
+                          &finish, &scheduling, &computing, &prefix, &dispatch, &pending, &slow, &flush, &full,
+                          &mark, &adaptive))
+        return NULL;
+    if (!PyList_Check(scheduling) || !PyList_Check(computing)) {
+        PyErr_SetString(PyExc_TypeError, "steals: the state times must be lists");
+        return NULL;
+    }
+    Steals *self = (Steals *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    if (Sink_init(&self->sink, w, index, prefix, dispatch, pending, slow, flush, full, mark) < 0
+        || (self->zero = PyLong_FromLong(0)) == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->adaptive = adaptive != Py_None;
+    if ((self->adaptive && Adaptive_init(&self->ich, adaptive) < 0) || bind_line(lock) < 0 || bind_line(queue) < 0
+        || (self->env_dict = PyObject_GetAttrString(env, "__dict__")) == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    PyObject **fields[] = {&self->lock, &self->queue, &self->chunk_size, &self->extra, &self->report,
+                           &self->take, &self->attempt, &self->charged, &self->finish, &self->scheduling,
+                           &self->computing};
+    PyObject *values[] = {lock, queue, chunk_size, extra, report, take, attempt, charged, finish, scheduling,
+                          computing};
+    for (size_t f = 0; f < sizeof(values) / sizeof(values[0]); f++) {
+        Py_INCREF(values[f]);
+        *fields[f] = values[f];
+    }
+    self->w = w; self->threads = threads; self->fixed = fixed;
+    self->patience = threads - 1;
+    self->give_up = 2 * (threads - 1);
+    self->atomic_ns = atomic_ns; self->store_ns = store_ns;
+    return (PyObject *)self;
+}
+
+static PyTypeObject StealsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "simsched._speedups.steals",
+    .tp_doc = PyDoc_STR("The chunked-stealing loop's steps, as Stealing.steps takes them."),
+    .tp_basicsize = sizeof(Steals),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = Steals_new,
+    .tp_dealloc = (destructor)Steals_dealloc,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)Steals_next,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "simsched._speedups",
+    "The simulator's hottest loops in C (optional; the Python loops are the reference).", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__speedups(void) {
+    if (PyType_Ready(&ClaimsType) < 0 || PyType_Ready(&StealsType) < 0) return NULL;
+#define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
+    INTERN(s_now, "_now");
+#undef INTERN
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddObjectRef(m, "claims", (PyObject *)&ClaimsType) < 0
+        || PyModule_AddObjectRef(m, "steals", (PyObject *)&StealsType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

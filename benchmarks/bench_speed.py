@@ -21,6 +21,7 @@ from pathlib import Path
 import simpy
 
 import simsched
+from simsched import memory
 from simsched.sweep import load_experiment, run_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,7 +93,6 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown sweep {unknown[0]!r} (known: {', '.join(SWEEPS)})")
 
-    from simsched import memory
     print("hot loops:", "compiled (simsched._speedups)" if memory.speedups is not None and memory.INLINE
           else "Python (simsched._speedups not built)")
     print(f"{'family':<18} {'scheduler':<22} {'P':>3} {'events':>8} {'chunks':>8} {'events/s':>10} "

@@ -30,13 +30,13 @@ static int bind_line(PyObject *line) {
     PyTypeObject *type = Py_TYPE(line);
     for (int f = 0; f < FIELDS; f++) {
         PyObject *descr = PyObject_GetAttrString((PyObject *)type, field_names[f]);
-        if (descr == NULL) return -1;
-        int ok = Py_IS_TYPE(descr, &PyMemberDescr_Type)
+        if (descr == NULL) PyErr_Clear();
+        int ok = descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type)
                  && ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX;
         if (ok) field_offset[f] = ((PyMemberDescrObject *)descr)->d_member->offset;
-        Py_DECREF(descr);
+        Py_XDECREF(descr);
         if (!ok) {
-            PyErr_Format(PyExc_TypeError, "%s.%s is not a slot", type->tp_name, field_names[f]);
+            PyErr_Format(PyExc_TypeError, "expected a line: %s has no slot %s", type->tp_name, field_names[f]);
             return -1;
         }
     }
@@ -437,7 +437,7 @@ typedef struct {
     PyObject *scheduling, *computing;
     Adaptive ich;
     int adaptive;
-    long long w, threads, fixed, patience, give_up;
+    long long w, threads, fixed, give_up;
     double atomic_ns, store_ns;
     long long size, failures, chunks, attempts, steals, atomics, transfers;
     double t;
@@ -616,9 +616,10 @@ static PyObject *Steals_next(Steals *self) {
 static PyObject *Steals_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     PyObject *env, *lock, *queue, *chunk_size, *extra, *report, *take, *attempt, *charged, *finish;
     PyObject *scheduling, *computing, *prefix, *pending, *flush, *mark, *adaptive;
-    long long w, index, threads, fixed, full;
+    long long w, index, threads, give_up, fixed, full;
     double atomic_ns, store_ns, dispatch, slow;
-    if (!PyArg_ParseTuple(args, "OLLLOOddLOOOOOOOOOOdOdOLOO:steals", &env, &w, &index, &threads, &lock, &queue,
+    if (!PyArg_ParseTuple(args, "OLLLLOOddLOOOOOOOOOOdOdOLOO:steals", &env, &w, &index, &threads, &give_up, &lock,
+                          &queue,
                           &atomic_ns, &store_ns, &fixed, &chunk_size, &extra, &report, &take, &attempt, &charged,
                           &finish, &scheduling, &computing, &prefix, &dispatch, &pending, &slow, &flush, &full,
                           &mark, &adaptive))
@@ -649,9 +650,7 @@ static PyObject *Steals_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         Py_INCREF(values[f]);
         *fields[f] = values[f];
     }
-    self->w = w; self->threads = threads; self->fixed = fixed;
-    self->patience = threads - 1;
-    self->give_up = 2 * (threads - 1);
+    self->w = w; self->threads = threads; self->fixed = fixed; self->give_up = give_up;
     self->atomic_ns = atomic_ns; self->store_ns = store_ns;
     return (PyObject *)self;
 }

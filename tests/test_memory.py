@@ -226,7 +226,7 @@ def test_the_compiled_loops_are_built():
     # Where a C compiler is at hand (CI, a development install) the optional extension must build:
     # otherwise the comparison above would quietly test the Python loops against themselves.
     from simsched import memory
-    if memory.speedups is None and os.environ.get("CI"):
+    if memory.speedups is None and (os.environ.get("SIMSCHED_REQUIRE_SPEEDUPS") or os.environ.get("CI")):
         pytest.fail("simsched._speedups did not build")
     if memory.speedups is None:
         pytest.skip("simsched._speedups is not built here")
@@ -239,3 +239,21 @@ def test_compiled_loops_refuse_what_is_not_a_line():
     with pytest.raises(TypeError):
         memory.speedups.claims(None, 0, 0, object(), [], 1.0, 1, 1, [], 1, np.zeros(2), 0.0, [], 1.0, list, 6,
                                None, print, print)
+
+
+def test_a_policy_that_overrides_ichs_hooks_is_not_run_by_the_compiled_copy():
+    from simsched.engine import Simulation
+    from simsched.machine import load_machine
+    from simsched.schedulers.ich import ICh
+    from simsched.workloads import draw_loops, get_workload
+
+    class Halving(ICh):
+        def chunk_size(self, w, left):
+            return max(1, left // (2 * self.d[w]))
+
+    sim = Simulation(load_machine("haswell-e5-2695v3"), 4)
+    sim.load(draw_loops(get_workload("exp-dec:n=100"), sim.rng))
+    for policy, compiled in ((ICh(), True), (Halving(), False)):
+        policy.setup(sim)
+        policy.prepare(sim, 0)
+        assert (policy.adaptive(sim, 0) is not None) is compiled

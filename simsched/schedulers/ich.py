@@ -26,6 +26,11 @@ from .base import STEALING_COUNTERS, block
 from .static import BARRIER_PARAM, FullBarriers
 
 
+def give_up_after(threads: int) -> int:
+    """Failed steal attempts in a row after which a thief stops: P - 1 random ones, then a sweep (``attempt``)."""
+    return 2 * (threads - 1)
+
+
 class Stealing(FullBarriers):
     """Per-thread queues of contiguous blocks: owners take fixed chunks, thieves take half the rest."""
 
@@ -104,7 +109,7 @@ class Stealing(FullBarriers):
         fixed = self.params["chunk"] if policy.chunk_size is Stealing.chunk_size else 0
         extra = self.extra if policy.extra is not Stealing.extra else None
         report = partial(self.report, sim, w) if policy.report is not Stealing.report else None
-        return speedups.steals(sim.env, w, index, sim.threads, self.lock[w], self.queue[w], mem.atomic_ns,
+        return speedups.steals(sim.env, w, index, sim.threads, give_up_after(sim.threads), self.lock[w], self.queue[w], mem.atomic_ns,
                                mem.store_ns, fixed, self.chunk_size, extra, report, partial(self.take, sim, w),
                                partial(self.attempt, sim, w), sim.charged, partial(self.finished, sim, w),
                                sim.time["schedule"], sim.time["compute"], sim.loops[index].prefix,
@@ -129,7 +134,7 @@ class Stealing(FullBarriers):
         fixed = self.params["chunk"] if policy.chunk_size is Stealing.chunk_size else 0
         publishes = policy.extra is not Stealing.extra
         own_takes = 0
-        give_up = 2 * (threads - 1)     # the random failures and the closing sweep (see ``attempt``)
+        give_up = give_up_after(threads)
         chunks = attempts = steals = failures = 0
         size = 0                        # the chunk that just ended (0: none)
         empty = False
@@ -291,7 +296,10 @@ class ICh(Stealing):
 
     def adaptive(self, sim, w):
         mem = sim.memory
-        if mem.reservations or type(self).report is not ICh.report:   # the compiled report has no lost reservations
+        policy = type(self)
+        # The compiled policy is ICh's own hooks, and its report has no lost reservations.
+        if mem.reservations or (policy.report, policy.chunk_size, policy.extra) != (ICh.report, ICh.chunk_size,
+                                                                                    ICh.extra):
             return None
         return (self.total, self.k, self.d, self.unreported, sim.counters, self.eps, self.n,
                 [row[w] for row in mem.transfer], mem._notify)

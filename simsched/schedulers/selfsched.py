@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 
 from .. import memory as memory_module
 from ..spec import Param
@@ -112,14 +113,10 @@ def index_claims(sim, w, index, line, ranges):
     inline, speedups = memory_module.INLINE and not mem.reservations, memory_module.speedups
     if inline and speedups is not None and loop.data is None and sim.noise is None:
         prefix, slow, plain, pending, full, flush, mark = sim.inline_chunks(w, index)
-
-        def finish(chunks, transfers, scheduling, busy, t):
-            return claimed(sim, w, inline, chunks, transfers, scheduling, busy, t)
-
         k, count = fixed_chunk(ranges), len(ranges)
         return speedups.claims(sim.env, w, index, line, [row[w] for row in mem.transfer], mem.atomic_ns, k,
                                count, ranges, loop.n, loop.prefix, sim.costs["chunk"], pending, slow, flush,
-                               full, mark, mem._notify, finish)
+                               full, mark, mem._notify, partial(claimed, sim, w, inline))
     return index_claim_steps(sim, w, index, line, ranges, inline)
 
 

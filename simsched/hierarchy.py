@@ -4,7 +4,8 @@ A machine file describes it in ``[cache.l1]``, ``[cache.l2]``, ... (innermost fi
 ``[dram]``; the locality model (``locality.py``) reads it from here. Sizes are per instance
 of a level (one per core, or one per socket), latencies are one line's access time, and
 bandwidths are what one core reading at that level gets (``bandwidth_gbs``) and what all the
-cores sharing an instance get together (``shared_bandwidth_gbs``).
+cores sharing an instance get together (``shared_bandwidth_gbs``). Independent misses overlap:
+``outstanding_misses`` of them, or for the ``stride`` pattern ``stride_misses`` by array size.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ class Dram:
 
 
 _CACHE_KEYS = {"size_kib", "line_bytes", "shared_by", "latency_ns", "bandwidth_gbs", "shared_bandwidth_gbs",
-               "remote_latency_ns", "outstanding_misses"}
+               "remote_latency_ns", "outstanding_misses", "stride_misses"}
 _DRAM_KEYS = {"node", "size_gib", "line_bytes", "latency_ns", "remote_latency_ns", "bandwidth_gbs",
               "shared_bandwidth_gbs", "jitter_cv"}
 
@@ -121,6 +122,16 @@ class Hierarchy:
     # Misses one core keeps in flight at once (line fill buffers): independent misses overlap this much.
     outstanding_misses: int
     socket_hops: np.ndarray
+    # The misses in flight the stride pattern gets by the size of the array it strides over, where a prefetcher
+    # makes them depend on it: (array bytes, misses) ascending; empty: outstanding_misses for every size.
+    stride_misses: tuple[tuple[int, int], ...] = ()
+
+    def stride_overlap(self, nbytes: np.ndarray) -> np.ndarray | int:
+        """Misses in flight for a stride over arrays of ``nbytes``: interpolated in log size, the ends beyond."""
+        if not self.stride_misses:
+            return self.outstanding_misses
+        sizes, misses = zip(*self.stride_misses)
+        return np.interp(np.log2(np.maximum(nbytes, 1)), np.log2(sizes), misses)
 
     @classmethod
     def from_machine_data(cls, data: dict[str, Any], socket_hops: np.ndarray, source: str) -> "Hierarchy | None":
@@ -138,7 +149,7 @@ class Hierarchy:
             if not _LEVEL_NAME.fullmatch(name) or name != f"l{i}":
                 raise SimschedError(f"{source}: cache levels must be l1, l2, ... without gaps; found "
                                     f"{', '.join(names)}")
-        levels, misses, line = [], 1, None
+        levels, misses, stride, line = [], 1, (), None
         for name in names:
             where = f"{source}: cache.{name}"
             table = _check_keys(caches[name], _CACHE_KEYS, where)
@@ -163,6 +174,10 @@ class Hierarchy:
                 misses = table["outstanding_misses"]
                 if isinstance(misses, bool) or not isinstance(misses, int) or misses < 1:
                     raise SimschedError(f"{where}.outstanding_misses must be an integer >= 1, got {misses!r}")
+            if "stride_misses" in table:
+                if name != "l1":
+                    raise SimschedError(f"{where}.stride_misses belongs in cache.l1 (with outstanding_misses)")
+                stride = _stride_misses(table["stride_misses"], where)
             levels.append(CacheLevel(name, int(round(size * 1024)), line_bytes, shared_by,
                                      _positive(table, "latency_ns", where), _positive(table, "bandwidth_gbs", where),
                                      _positive(table, "shared_bandwidth_gbs", where, required=False), remote))
@@ -195,7 +210,7 @@ class Hierarchy:
         if levels and memory.latency_ns < levels[-1].latency_ns:
             raise SimschedError(f"{where}.latency_ns ({memory.latency_ns:g}) is below the last cache level's "
                                 f"({levels[-1].latency_ns:g})")
-        return cls(tuple(levels), memory, line or 64, misses, socket_hops)
+        return cls(tuple(levels), memory, line or 64, misses, socket_hops, stride)
 
     def describe(self) -> list[str]:
         """One line per level, for ``simsched machines NAME``."""
@@ -213,6 +228,26 @@ class Hierarchy:
         lines.append(f"    dram: {_size(d.size_bytes)} per socket{line}, {d.latency_ns:g} ns{remote}, "
                      f"{d.bandwidth_gbs:g} GB/s per core{shared}")
         return lines
+
+
+def _stride_misses(value, where: str) -> tuple[tuple[int, int], ...]:
+    """[[array KiB, misses], ...] with sizes ascending and whole misses >= 1, as (bytes, misses) pairs."""
+    def number(x):
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+    shape = (f"{where}.stride_misses must be a list of [array KiB, misses in flight] pairs, the sizes ascending "
+             f"and the misses integers >= 1, got {value!r}")
+    if not isinstance(value, list) or not value:
+        raise SimschedError(shape)
+    pairs = []
+    for pair in value:
+        if not (isinstance(pair, list) and len(pair) == 2 and number(pair[0]) and pair[0] > 0
+                and isinstance(pair[1], int) and not isinstance(pair[1], bool) and pair[1] >= 1):
+            raise SimschedError(shape)
+        pairs.append((int(round(pair[0] * 1024)), pair[1]))
+    if any(b[0] <= a[0] for a, b in zip(pairs, pairs[1:])):
+        raise SimschedError(shape)
+    return tuple(pairs)
 
 
 def _size(nbytes: int) -> str:

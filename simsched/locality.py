@@ -173,13 +173,15 @@ class DataState:
         for name, (n, _, placement) in sizes.items():
             self.blocks[name] = Blocks(n, len(self.h.levels), placement, self.sockets)
 
-    def access(self, latency, bandwidth_gbs, pattern: str, nbytes: int):
-        """ns to fetch ``nbytes`` (a line, or one element of it) from a level with this latency and bandwidth."""
+    def access(self, latency, bandwidth_gbs, pattern: str, nbytes: int, overlap=1):
+        """ns to fetch ``nbytes`` (a line, or one element of it) from a level with this latency and bandwidth.
+
+        ``overlap``: the misses in flight a stride gets (for each iteration, or one for all).
+        """
         transfer = nbytes / bandwidth_gbs
         if pattern == "stream":
             return transfer
-        overlap = self.h.outstanding_misses if pattern == "stride" else 1
-        return np.maximum(np.asarray(latency) / overlap, transfer)
+        return np.maximum(np.asarray(latency) / (overlap if pattern == "stride" else 1), transfer)
 
     def remote(self, latencies: tuple[float, ...], hops: np.ndarray) -> np.ndarray:
         """The remote latency for each hop count (0 hops: the caller's local value applies)."""
@@ -197,6 +199,7 @@ class DataState:
         pattern, line = fp.pattern, self.line
         size = fp.bytes[lo:hi].astype(float)
         lines = np.ceil(size / line)
+        overlap = self.h.stride_overlap(size)
         before = np.cumsum(size) - size  # this chunk's bytes ahead of each iteration
         holder = blocks.holder[lo:hi]
         seen = (holder >= 0) & (size > 0)
@@ -239,7 +242,7 @@ class DataState:
                 bandwidth = np.where(local, level.bandwidth_gbs, self.h.dram.bandwidth_gbs)
                 self.counters[f"{level.name}_hits"] += float(part[local].sum())
                 self.counters["local_dram"] += float(part[~local].sum())
-            time += part * self.access(latency, bandwidth, pattern, line)
+            time += part * self.access(latency, bandwidth, pattern, line, overlap)
         home = blocks.home[lo:hi]
         if (home < 0).any():  # first touch: a page lands on the node of the core that writes it first
             home = np.where(home < 0, socket, home)
@@ -250,10 +253,10 @@ class DataState:
                            self.remote(dram.remote_latency_ns, node_hops) if dram.remote_latency_ns else 0.0)
         from_dram = (1.0 - inner) * lines
         bandwidth = self._shared("dram", dram, start, home, from_dram > 0, reading)
-        time += from_dram * self.access(latency, bandwidth, pattern, line)
+        time += from_dram * self.access(latency, bandwidth, pattern, line, overlap)
         self.counters["local_dram"] += float(from_dram[node_hops == 0].sum())
         self.counters["remote_dram"] += float(from_dram[node_hops > 0].sum())
-        time += self._reuse(size, lines, pattern, latency, bandwidth)
+        time += self._reuse(size, lines, pattern, latency, bandwidth, overlap)
         total = float(time.sum())
         if self.rng is not None and self.h.dram.jitter_cv:
             total *= 1.0 + self.h.dram.jitter_cv * float(np.clip(self.rng.standard_normal(), -3.0, 3.0))
@@ -278,18 +281,19 @@ class DataState:
         self.counters[f"{level.name}_hits"] += float(part[local].sum())
         self.counters[f"remote_{level.name}_hits"] += float(part[~local].sum())
 
-    def _reuse(self, size, lines, pattern, dram_latency, dram_bandwidth) -> np.ndarray:
+    def _reuse(self, size, lines, pattern, dram_latency, dram_bandwidth, overlap) -> np.ndarray:
         """The time of each iteration's accesses beyond one per line, at the innermost level its block fits in."""
         extra = np.maximum(np.ceil(size / ELEMENT_BYTES) - lines, 0.0)
         if pattern == "stream" or not extra.any():  # a stream's other accesses ride on the line just fetched
             return np.zeros_like(size)
         levels = self.h.levels
         fits = np.searchsorted([lv.size_bytes for lv in levels], size, side="left")
-        costs = [float(self.access(lv.latency_ns, lv.bandwidth_gbs, pattern, ELEMENT_BYTES)) for lv in levels]
-        per = np.asarray(costs + [0.0])[fits]
-        beyond = fits == len(levels)  # the block fits no cache: its re-touches go to DRAM as well
-        if beyond.any():
-            per = np.where(beyond, self.access(dram_latency, dram_bandwidth, pattern, ELEMENT_BYTES), per)
+        # Each level's cost for each iteration (its own misses in flight), DRAM's for blocks that fit no cache.
+        costs = [np.broadcast_to(self.access(lv.latency_ns, lv.bandwidth_gbs, pattern, ELEMENT_BYTES, overlap),
+                                 size.shape) for lv in levels]
+        costs.append(np.broadcast_to(self.access(dram_latency, dram_bandwidth, pattern, ELEMENT_BYTES, overlap),
+                                     size.shape))
+        per = np.stack(costs)[fits, np.arange(size.size)]
         return extra * per
 
     def _shared(self, resource, source, start: float, instances: np.ndarray, used: np.ndarray, reading: list):

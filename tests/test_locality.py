@@ -234,6 +234,24 @@ def test_retouches_of_a_block_that_fits_no_cache_go_to_dram():
     assert state(fp).chunk(0, fp, 0, 1, 0.0) == pytest.approx((512 + 3584) * 25.0)
 
 
+def test_stride_misses_by_array_size_set_the_overlap_per_iteration():
+    # With stride_misses [[0.5, 2], [2, 8]] (KiB): a 512-byte block's misses overlap 2, a 2 KiB one's 8, a 1 KiB
+    # one's half-way between in log2 size, 5; beyond the ends, the end values.
+    machine = TOY.replace(**{"cache.l1.stride_misses": [[0.5, 2], [2, 8]]})
+    assert machine.hierarchy.stride_overlap(np.array([256, 512, 1024, 2048, 32768])).tolist() == [2, 2, 5, 8, 8]
+    # 512 bytes from DRAM: 8 lines at max(100 / 2, 8) = 50 and 56 re-touches at l1, max(1 / 2, 0.125) = 0.5.
+    fp = footprint(1, 512, "stride")
+    assert state(fp, machine=machine).chunk(0, fp, 0, 1, 0.0) == pytest.approx(8 * 50.0 + 56 * 0.5)
+    # Two iterations in one chunk, 512 and 2048 bytes: each at its own overlap (2048: 32 lines at 100 / 8 = 12.5
+    # and 224 re-touches at l2, where the block fits, max(4 / 8, 8 / 32) = 0.5).
+    fp = Footprint(np.array([512, 2048]), "stride")
+    assert state(fp, machine=machine).chunk(0, fp, 0, 2, 0.0) == pytest.approx(8 * 50.0 + 56 * 0.5
+                                                                               + 32 * 12.5 + 224 * 0.5)
+    # Random chains and streams take no overlap from it.
+    fp = footprint(1, 512)
+    assert state(fp, machine=machine).chunk(0, fp, 0, 1, 0.0) == pytest.approx(8 * 100.0 + 56 * 1.0)
+
+
 def test_block_smaller_than_a_line_costs_one_line():
     fp = footprint(1, 8)  # one element: one line, no re-touch
     assert state(fp).chunk(0, fp, 0, 1, 0.0) == pytest.approx(100.0)

@@ -258,6 +258,14 @@ def _private_l3_outside_a_shared_l2(d):
     (_set("cache.l2.outstanding_misses", 4), r"cache\.l2\.outstanding_misses belongs in cache\.l1"),
     (_set("cache.l1.outstanding_misses", 0), r"cache\.l1\.outstanding_misses must be an integer >= 1, got 0"),
     (_set("cache.l1.outstanding_misses", 2.5), r"cache\.l1\.outstanding_misses must be an integer >= 1"),
+    (_set("cache.l2.stride_misses", [[16, 4]]), r"cache\.l2\.stride_misses belongs in cache\.l1"),
+    (_set("cache.l1.stride_misses", []), r"cache\.l1\.stride_misses must be a list of \[array KiB, misses"),
+    (_set("cache.l1.stride_misses", 8), r"cache\.l1\.stride_misses must be a list"),
+    (_set("cache.l1.stride_misses", [[16, 4], [4, 8]]), r"the sizes ascending.*got \[\[16, 4\], \[4, 8\]\]"),
+    (_set("cache.l1.stride_misses", [[4, 0]]), r"cache\.l1\.stride_misses must be a list"),
+    (_set("cache.l1.stride_misses", [[4, 2.5]]), r"cache\.l1\.stride_misses must be a list"),
+    (_set("cache.l1.stride_misses", [[-4, 2]]), r"cache\.l1\.stride_misses must be a list"),
+    (_set("cache.l1.stride_misses", [[4, 2, 1]]), r"cache\.l1\.stride_misses must be a list"),
     (_set("dram.node", "core"), r"dram\.node must be socket"),
 ])
 def test_bad_hierarchy_is_one_error_naming_the_key(mutate, message):
@@ -266,6 +274,15 @@ def test_bad_hierarchy_is_one_error_naming_the_key(mutate, message):
     with pytest.raises(SimschedError, match=message) as raised:
         Machine.from_dict(data, "bad.toml")
     assert str(raised.value).startswith("bad.toml: ") and "\n" not in str(raised.value)
+
+
+def test_stride_misses_are_read_by_array_size():
+    data = e5_hierarchy()
+    data["cache"]["l1"]["stride_misses"] = [[1, 40], [16, 12], [64, 20]]
+    h = Machine.from_dict(data, "stride.toml").hierarchy
+    assert h.stride_misses == ((1024, 40), (16384, 12), (65536, 20)) and h.outstanding_misses == 10
+    assert h.stride_overlap(np.array([512, 4096, 16384, 32768, 1 << 20])).tolist() == [40, 26, 12, 16, 20]
+    assert load_machine("xeon-e5-4620").hierarchy.stride_overlap(np.array([4096])) == 10   # without: fill buffers
 
 
 def test_dram_alone_is_a_hierarchy_without_caches():

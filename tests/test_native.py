@@ -395,6 +395,29 @@ def test_native_counters_are_the_simulators_keys(scheduler):
     assert all(isinstance(v, int) and v >= 0 for v in measured["counters"].values())
 
 
+def test_the_last_level_holds_up_to_the_chase_before_the_first_nearer_drams_latency():
+    from simsched.native.memprobe import held_bytes
+
+    mib = 1 << 20
+    # First chase 15 ns, DRAM 150 ns: 12 MiB at 80 ns is nearer DRAM (65 above 15, 70 below 150), so 8 MiB holds.
+    assert held_bytes([(4 * mib, 15.0), (8 * mib, 18.0), (12 * mib, 83.0), (16 * mib, 120.0)], 150.0, 32 * mib) \
+        == 8 * mib
+    # 12 MiB at 82 ns is still nearer the first chase (67 above, 68 below): it holds; then 16 MiB does not.
+    assert held_bytes([(4 * mib, 15.0), (12 * mib, 82.0), (16 * mib, 120.0)], 150.0, 32 * mib) == 12 * mib
+    # No chase nearer DRAM: all sysfs lists; no chase at all (a level no larger than the one inside): the same.
+    assert held_bytes([(4 * mib, 15.0), (32 * mib, 40.0)], 150.0, 32 * mib) == 32 * mib
+    assert held_bytes([], 150.0, 32 * mib) == 32 * mib
+
+
+def test_misses_in_flight_stop_where_the_bandwidth_limits():
+    from simsched.native.memprobe import misses_in_flight
+
+    assert misses_in_flight(150.0, 5.0, 2.0) == 30       # latency over the time a miss costs
+    assert misses_in_flight(150.0, 0.5, 2.0) == 75       # misses cheaper than a line's transfer: the transfer
+    assert misses_in_flight(150.0, -1.0, 2.0) == 75      # ... also where noise makes them look free
+    assert misses_in_flight(1.0, 5.0, 2.0) == 1          # never below one
+
+
 @needs_native
 def test_calibrate_writes_a_loadable_hierarchy_with_increasing_sizes(tmp_path):
     from simsched.native.memprobe import caches
@@ -404,19 +427,30 @@ def test_calibrate_writes_a_loadable_hierarchy_with_increasing_sizes(tmp_path):
     assert proc.returncode == 0, proc.stderr
     hierarchy = load_machine(out).hierarchy
     assert hierarchy is not None
-    levels = hierarchy.levels
-    assert [lv.size_bytes for lv in levels] == [c.size_bytes for c in caches()]
+    levels, listed = hierarchy.levels, caches()
+    # Sizes as sysfs lists them, but the last level's: as much of it as the pointer chases found holding data.
+    assert [lv.size_bytes for lv in levels[:-1]] == [c.size_bytes for c in listed[:-1]]
+    assert levels[-1].size_bytes <= listed[-1].size_bytes
     assert all(a.size_bytes < b.size_bytes for a, b in zip(levels, levels[1:]))
     latencies = [lv.latency_ns for lv in levels] + [hierarchy.dram.latency_ns]
     assert all(0 < a <= b for a, b in zip(latencies, latencies[1:])) and latencies[-1] < 10_000
     assert all(lv.bandwidth_gbs > 0 for lv in levels) and hierarchy.dram.shared_bandwidth_gbs > 0
     assert hierarchy.outstanding_misses >= 1
     text = out.read_text()
-    assert "pointer chase" in text and "independent random load" in text and "sysfs" in text
-    # The misses in flight are what the stride kernel overlaps: DRAM latency over its time per line.
-    latency, per_line = map(float, re.search(r"DRAM chase latency ([0-9.]+) ns / ([0-9.]+) ns per line of the "
-                                             r"stride kernel", text).groups())
-    assert abs(hierarchy.outstanding_misses - max(1, round(latency / per_line))) <= 1
+    assert "pointer chase" in text and "Independent random loads" in text and "sysfs" in text
+    # The misses in flight are what the stride kernel overlaps: DRAM latency over what the model must charge a line
+    # from DRAM (the kernel's time a line there, less its time where the core's caches hold the data, plus what the
+    # model charges a line there), or over a line's transfer at the DRAM bandwidth where that is longer.
+    latency, miss, transfer = map(float, re.search(r"DRAM chase latency ([0-9.]+) ns / max\((-?[0-9.]+) ns, "
+                                                   r"([0-9.]+) ns\)\): the misses in flight", text).groups())
+    cold, hot, charged = map(float, re.search(r"takes ([0-9.]+) ns a line where over [0-9.]+ [KM]iB in this core's "
+                                              r"caches it takes ([0-9.]+) ns and the model charges ([0-9.]+) ns",
+                                              text).groups())
+    assert abs(miss - (cold - hot + charged)) <= 0.015 and transfer > 0
+    assert hierarchy.outstanding_misses == max(1, round(latency / max(miss, transfer)))
+    assert [size for size, _ in hierarchy.stride_misses] == [1024, 4096, 16384, 65536]
+    assert dict(hierarchy.stride_misses)[16384] == hierarchy.outstanding_misses
+    assert "reading every word" in text
 
 
 @needs_native
@@ -494,7 +528,8 @@ def test_validate_locality_prints_its_table(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].split()[:2] == ["scheduler", "working"] and len(lines) == 1 + 3 * 4 + 2
-    assert lines[-2].startswith("simulated with cost_ns=") and "the native loop body's own cost" in lines[-2]
+    assert lines[0].split()[4:6] == ["body", "ns"]
+    assert lines[-2].startswith("body: each iteration's cost_ns") and "the native kernel's own cost" in lines[-2]
     assert lines[-1].startswith("median |error| over working sets: omp-static")
     assert f"8x l{len(caches())}" in proc.stdout and "hybrid" in proc.stdout
     data = _json(_native_cli(*args, "--json"))

@@ -1854,7 +1854,7 @@ static PyObject *native_quanta(PyObject *self, PyObject *args)
 
 /* ---- memory probes ----------------------------------------------------------------------- */
 
-enum { PROBE_CHASE, PROBE_STREAM, PROBE_INDEPENDENT };
+enum { PROBE_CHASE, PROBE_STREAM, PROBE_INDEPENDENT, PROBE_READ };
 #define MAX_PROBE_THREADS 256
 
 typedef struct {
@@ -1870,6 +1870,18 @@ typedef struct {
 typedef struct { probe_t *p; int w; } probe_arg;
 
 #define PROBE_ABORTED(p) atomic_load_explicit(&(p)->abort_flag, memory_order_relaxed)
+
+/* One pass reading every word in order into independent sums: what a core's loads get from where the buffer
+ * sits, with no stores and no dependent arithmetic to hold them back (integer sums, which the compiler may
+ * vectorize without reassociating floating point). */
+static double read_words(const uint64_t *w, size_t words)
+{
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    size_t k = 0;
+    for (; k + 4 <= words; k += 4) { s0 += w[k]; s1 += w[k + 1]; s2 += w[k + 2]; s3 += w[k + 3]; }
+    for (; k < words; k++) s0 += w[k];
+    return (double)(s0 + s1 + s2 + s3);
+}
 
 /* A random cyclic permutation of the buffer's lines (Sattolo), each line's first word pointing at the next. */
 static int build_chase(probe_t *p, char *buf, size_t lines, uint64_t seed)
@@ -1940,6 +1952,11 @@ static void *probe_side(void *v)
                 update_stream((double *)buf, (long)elems);
                 units += (double)elems * sizeof(double);
             }
+        } else if (p->kind == PROBE_READ) {
+            for (long pass = 0; pass < p->count && !PROBE_ABORTED(p); pass++) {
+                sink += read_words((const uint64_t *)buf, elems);
+                units += (double)elems * sizeof(uint64_t);
+            }
         } else {
             /* Independent loads of random lines: the next address does not wait for this load. */
             uint64_t x = p->seed;
@@ -1969,7 +1986,8 @@ static void *probe_side(void *v)
 /* memory(kind, cpus, bytes, line, count, seed, timeout_s) -> (ns per access or GB/s per thread list, aggregate)
  *   "chase": dependent loads around a random cycle of lines: ns per load (first thread);
  *   "stream": ``count`` passes of the stream kernel over the buffer: GB/s of each thread, and all together;
- *   "independent": random lines whose addresses do not depend on each other: ns per access.
+ *   "independent": random lines whose addresses do not depend on each other: ns per access;
+ *   "read": ``count`` passes reading every word in order, nothing stored: GB/s read, as for "stream".
  * Each thread has a buffer of ``bytes`` of its own. */
 static PyObject *native_memory(PyObject *self, PyObject *args)
 {
@@ -1980,7 +1998,7 @@ static PyObject *native_memory(PyObject *self, PyObject *args)
     unsigned long long seed;
     double timeout_s;
     int pinned, status;
-    static const char *KINDS[] = {"chase", "stream", "independent", NULL};
+    static const char *KINDS[] = {"chase", "stream", "independent", "read", NULL};
     if (!PyArg_ParseTuple(args, "sO!nnlKd", &kind_name, &PyList_Type, &cpu_list, &bytes, &line, &count, &seed,
                           &timeout_s))
         return NULL;
@@ -2011,7 +2029,7 @@ static PyObject *native_memory(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_TimeoutError, message);
     } else if (atomic_load(&p->failed)) {
         PyErr_NoMemory();
-    } else if (kind == PROBE_STREAM) {
+    } else if (kind == PROBE_STREAM || kind == PROBE_READ) {
         PyObject *each = PyList_New(threads);
         double first = p->start[0], last = p->end[0], total = 0;
         for (int i = 0; each && i < threads; i++) {

@@ -1,20 +1,22 @@
 """This machine's memory hierarchy: cache sizes read from sysfs, latencies and bandwidths measured by probes.
 
 The probes live in the C extension (``_native.memory``): a pointer chase around a random
-cycle of lines (dependent loads: the latency), the stream kernel of native runs (each double
-loaded, incremented and stored back in order: one core's bandwidth, and all cores' together
-for DRAM) and independent random loads (how many misses overlap where no prefetcher helps). The
-stride kernel of native runs (13 doubles apart, modulo each iteration's own array) measures how many
-misses the workloads' ``stride`` pattern overlaps, prefetcher included. The bandwidths are what the
-memory kernels get, which update their data: a read-only stream reports several times more
-than they can use, and the locality model charges every access of theirs at these rates.
+cycle of lines (dependent loads: the latency), a read of every word in order (what one core's
+loads get from a level, and all cores' together from DRAM: the bandwidth, as the machine files
+define it) and independent random loads (how many misses overlap where no prefetcher helps).
+The stride kernel of native runs (13 doubles apart, modulo each iteration's own array) measures
+how many misses the workloads' ``stride`` pattern overlaps, prefetcher included: its time per
+line from DRAM less its time per line on the same arrays in the core's own caches, which is the
+kernel's own work. A kernel's own work (the update of each double, its index arithmetic) is the
+workload's compute, not the memory's: the update kernel runs at about the same rate from every
+level of a cache hierarchy, so it would measure the core, not the level.
 Each probe runs on pinned threads under a time bound, like the other calibration probes.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import SimschedError
@@ -23,11 +25,13 @@ SYS_CPU = Path("/sys/devices/system/cpu")
 PROBE_TIMEOUT_S = 30.0
 DRAM_FACTOR = 4           # the DRAM probes' working set: this many times the last cache level
 DRAM_FALLBACK = 256 << 20  # ... or this much where sysfs lists no caches
-STREAM_BYTES = 256 << 20   # each bandwidth measurement updates at least this much
+STREAM_BYTES = 256 << 20   # each bandwidth measurement reads (each jitter one updates) at least this much
 CHASE_LOADS = 1_000_000    # timed dependent loads per latency measurement (DRAM: a third of it)
 TRIES = 3                  # each figure is the best of this many measurements: others share the CPUs
 JITTER_RUNS = 11           # repetitions of one stream whose spread of times is the memory-time jitter
-STRIDE_ARRAY_BYTES = 16 << 10  # the stride probe's array per iteration: a prefetcher's gain depends on it
+STRIDE_ARRAY_BYTES = 16 << 10  # the stride probe's array per iteration for outstanding_misses
+STRIDE_ARRAYS_KIB = (1, 4, 16, 64)  # ... and the sizes for stride_misses: a prefetcher's gain depends on it
+KNEE_STEPS = 8             # the last level's capacity is found among this many fractions of it
 SEED = 0x5EED              # the probes' random cycles and addresses (any fixed value: they only need to be random)
 
 
@@ -115,10 +119,10 @@ def chase_ns(cpu: int, size: int, line: int, loads: int = CHASE_LOADS) -> float:
     return min(_probe("chase", [cpu], size, line, loads) for _ in range(TRIES))
 
 
-def stream_gbs(cpus: list[int], size: int, line: int) -> float:
-    """Best GB/s of ``len(cpus)`` threads running the stream kernel over ``size`` bytes each at once (together)."""
+def read_gbs(cpus: list[int], size: int, line: int) -> float:
+    """Best GB/s of ``len(cpus)`` threads reading ``size`` bytes each in order at once (together)."""
     passes = max(2, -(-STREAM_BYTES // (size * len(cpus))))
-    return max(_probe("stream", cpus, size, line, passes)[1] for _ in range(TRIES))
+    return max(_probe("read", cpus, size, line, passes)[1] for _ in range(TRIES))
 
 
 def independent_ns(cpu: int, size: int, line: int) -> float:
@@ -126,15 +130,15 @@ def independent_ns(cpu: int, size: int, line: int) -> float:
     return min(_probe("independent", [cpu], size, line, CHASE_LOADS) for _ in range(TRIES))
 
 
-def stride_ns(size: int, line: int) -> float:
+def stride_ns(size: int, line: int, array_bytes: int = STRIDE_ARRAY_BYTES) -> float:
     """Best ns per line of the native stride kernel (the ``arrays`` workload) on one thread over ``size`` bytes."""
     from . import run
 
-    n = max(1, size // STRIDE_ARRAY_BYTES)
-    workload = f"arrays:n={n},bytes={STRIDE_ARRAY_BYTES},balance=balanced"
-    # The first loop of each run places the pages; the later ones find them in DRAM, not in a cache.
+    n = max(1, size // array_bytes)
+    workload = f"arrays:n={n},bytes={array_bytes},balance=balanced"
+    # The first loop of each run places the pages; the later ones find them where the size leaves them.
     best = min(min(run("omp-static", workload, 1, repeat=3).loop_ns[1:]) for _ in range(TRIES))
-    return best / (n * STRIDE_ARRAY_BYTES / line)
+    return best / (n * array_bytes / line)
 
 
 def jitter_cv(cpu: int, size: int, line: int) -> float:
@@ -151,29 +155,84 @@ def measure_hierarchy(cpus: list[int], progress=print) -> dict:
     levels = caches(cpus[0])
     line = levels[0].line_bytes if levels else 64
     first = cpus[0]
+    dram_bytes = DRAM_FACTOR * levels[-1].size_bytes if levels else DRAM_FALLBACK
+    dram_bytes = max(min(dram_bytes, memory_available() // 4), 4 * line)
+    progress(f"DRAM: pointer chase, independent loads, stride kernel and reads over {dram_bytes >> 20} MiB")
+    dram_latency = chase_ns(first, dram_bytes, line, CHASE_LOADS // 3)
+    knee, listed = [], 0
+    if levels:
+        progress(f"L{levels[-1].level}: pointer chase up to its {_kib(levels[-1].size_bytes)}, for where it stops "
+                 "holding the data")
+        knee = capacity_chase(first, levels, line)
+        listed = levels[-1].size_bytes
+        levels[-1] = replace(levels[-1], size_bytes=held_bytes(knee, dram_latency, listed))
     measured = []
     for cache in levels:
         size = cache.size_bytes // 2
-        progress(f"L{cache.level}: pointer chase and stream kernel over {size >> 10} KiB")
+        progress(f"L{cache.level}: pointer chase and reads over {_kib(size)}")
         measured.append({"cache": cache, "probe_bytes": size, "latency_ns": chase_ns(first, size, line),
-                         "bandwidth_gbs": stream_gbs([first], size, line)})
-    dram_bytes = DRAM_FACTOR * levels[-1].size_bytes if levels else DRAM_FALLBACK
-    dram_bytes = max(min(dram_bytes, memory_available() // 4), 4 * line)
-    progress(f"DRAM: pointer chase, independent loads, stride and stream kernels over {dram_bytes >> 20} MiB")
-    dram_latency = chase_ns(first, dram_bytes, line, CHASE_LOADS // 3)
+                         "bandwidth_gbs": read_gbs([first], size, line)})
     independent = independent_ns(first, dram_bytes, line)
-    strided = stride_ns(dram_bytes, line)
-    bandwidth = stream_gbs([first], dram_bytes, line)
+    bandwidth = read_gbs([first], dram_bytes, line)
+    hot_bytes = cached_bytes(levels)
+    # What the model charges a line of the stride kernel where the core's caches hold the data: its transfer.
+    holder = next((i for i, c in enumerate(levels) if c.size_bytes > hot_bytes), None)
+    hot_line = line / measured[holder]["bandwidth_gbs"] if holder is not None else 0.0
+    stride = []
+    for kib in STRIDE_ARRAYS_KIB:
+        cold, hot = stride_ns(dram_bytes, line, kib << 10), stride_ns(hot_bytes, line, kib << 10)
+        stride.append({"array_bytes": kib << 10, "cold_ns": cold, "hot_ns": hot, "miss_ns": cold - hot + hot_line,
+                       "misses": misses_in_flight(dram_latency, cold - hot + hot_line, line / bandwidth)})
     jitter = jitter_cv(first, dram_bytes, line)
     # All threads together: the same total working set split over 1..P of them; the best aggregate.
-    progress(f"DRAM: stream kernel with 1..{len(cpus)} threads at once")
-    shared = [bandwidth] + [stream_gbs(cpus[:k], max(dram_bytes // k, 4 * line), line)
+    progress(f"DRAM: reads with 1..{len(cpus)} threads at once")
+    shared = [bandwidth] + [read_gbs(cpus[:k], max(dram_bytes // k, 4 * line), line)
                             for k in range(2, len(cpus) + 1)]
-    return {"line_bytes": line, "levels": measured, "dram_bytes": dram_bytes, "dram_latency_ns": dram_latency,
-            "independent_ns": independent, "stride_ns": strided,
-            "outstanding_misses": max(1, round(dram_latency / strided)),
+    return {"line_bytes": line, "levels": measured, "knee": knee, "listed_bytes": listed, "dram_bytes": dram_bytes,
+            "dram_latency_ns": dram_latency, "independent_ns": independent, "stride": stride,
+            "hot_bytes": hot_bytes, "hot_line_ns": hot_line,
+            "outstanding_misses": next(p["misses"] for p in stride if p["array_bytes"] == STRIDE_ARRAY_BYTES),
             "dram_bandwidth_gbs": bandwidth, "shared_gbs": shared, "jitter_cv": jitter, "memory_bytes": memory_total(),
             "cpu": first}
+
+
+def capacity_chase(cpu: int, levels: list[Cache], line: int) -> list[tuple[int, float]]:
+    """(bytes, ns) of pointer chases over eighths of the last level, those beyond the level inside it."""
+    last, inside = levels[-1].size_bytes, levels[-2].size_bytes if len(levels) > 1 else 0
+    sizes = [last * k // KNEE_STEPS for k in range(1, KNEE_STEPS + 1)]
+    return [(size, chase_ns(cpu, size, line, CHASE_LOADS // 3)) for size in sizes if size > inside]
+
+
+def held_bytes(knee: list[tuple[int, float]], dram_latency: float, listed: int) -> int:
+    """How much of the last level holds data: the largest chase before the first one nearer DRAM's latency.
+
+    A virtual machine's share of a last level, or a level that other tenants fill, can hold
+    less than sysfs lists for it; the model must price what the loops will find.
+    """
+    if not knee:
+        return listed
+    held, inner = knee[0][0], knee[0][1]
+    for size, ns in knee:
+        if ns - inner > dram_latency - ns:
+            return held
+        held = size
+    return listed
+
+
+def cached_bytes(levels: list[Cache]) -> int:
+    """A working set the core's own caches hold: half its last private level (at least the largest stride probe's)."""
+    private = [c for c in levels if c.shared_by == "core"] or levels[:1]
+    return max([max(STRIDE_ARRAYS_KIB) << 10] + [c.size_bytes // 2 for c in private[-1:]])
+
+
+def misses_in_flight(latency_ns: float, miss_ns: float, transfer_ns: float) -> int:
+    """The misses in flight that make ``miss_ns`` a line out of a ``latency_ns`` latency.
+
+    No more than make the latency term smaller than a line's transfer (``transfer_ns``), which
+    the model charges anyway: where the misses cost nothing beyond the kernel's work, the
+    bandwidth is what limits.
+    """
+    return max(1, round(latency_ns / max(miss_ns, transfer_ns)))
 
 
 def _kib(nbytes: int) -> str:
@@ -182,6 +241,40 @@ def _kib(nbytes: int) -> str:
 
 def _entry(key: str, value: str, comment: str) -> str:
     return f"{f'{key} = {value}':<26} # {comment}"
+
+
+def _size_source(m: dict, size: int) -> str:
+    """The last level's size comment: sysfs's figure, or where the pointer chases found less held."""
+    if size == m["listed_bytes"]:
+        return (f"sysfs: size (per instance); pointer chases over up to all of it stayed nearer its latency than "
+                f"DRAM's {m['dram_latency_ns']:.1f} ns")
+    chases = ", ".join(f"{_kib(nbytes)} {ns:.1f}" for nbytes, ns in m["knee"])
+    return (f"what holds data: the largest pointer chase before the first nearer DRAM's {m['dram_latency_ns']:.1f} ns "
+            f"than the first chase's latency (ns by size: {chases}); sysfs lists {m['listed_bytes'] // 1024} KiB "
+            "per instance, which this CPU does not get")
+
+
+def _stride_entries(m: dict) -> list[str]:
+    """``outstanding_misses`` and ``stride_misses``, with the stride kernel's times they come from."""
+    probe = next(p for p in m["stride"] if p["array_bytes"] == STRIDE_ARRAY_BYTES)
+    transfer = m["line_bytes"] / m["dram_bandwidth_gbs"]
+    latency = m["dram_latency_ns"]
+    times = "; ".join(f"{_kib(p['array_bytes'])} {p['cold_ns']:.2f} and {p['hot_ns']:.2f} ns, so {p['miss_ns']:.2f}"
+                      for p in m["stride"])
+    pairs = ", ".join(f"[{p['array_bytes'] >> 10}, {p['misses']}]" for p in m["stride"])
+    return [
+        _entry("outstanding_misses", f"{m['outstanding_misses']}", f"round(DRAM chase latency {latency:.1f} ns / "
+               f"max({probe['miss_ns']:.2f} ns, {transfer:.2f} ns)): the misses in flight the stride pattern gets "
+               f"over {_kib(STRIDE_ARRAY_BYTES)} arrays, prefetcher included. {probe['miss_ns']:.2f} ns: what the "
+               f"model must charge a line of the stride kernel from DRAM, so that one thread's loop over "
+               f"{_kib(m['dram_bytes'])} of such arrays takes {probe['cold_ns']:.2f} ns a line where over "
+               f"{_kib(m['hot_bytes'])} in this core's caches it takes {probe['hot_ns']:.2f} ns and the model charges "
+               f"{m['hot_line_ns']:.2f} ns; {transfer:.2f} ns: a line at the DRAM bandwidth below, which limits "
+               f"beyond. Independent random loads, which no prefetcher follows: {m['independent_ns']:.2f} ns, "
+               f"{max(1, round(latency / m['independent_ns']))} in flight"),
+        _entry("stride_misses", f"[{pairs}]", f"[array KiB, misses in flight]: the same by the size of the arrays "
+               f"the stride kernel runs over, since the prefetcher follows it better over some (ns a line over "
+               f"{_kib(m['dram_bytes'])} and over {_kib(m['hot_bytes'])}, so ns from DRAM: {times})")]
 
 
 def hierarchy_text(m: dict) -> str:
@@ -198,22 +291,18 @@ def hierarchy_text(m: dict) -> str:
         floor = latency
         size = _kib(level["probe_bytes"])
         out += [f"[cache.l{cache.level}]",
-                _entry("size_kib", f"{cache.size_bytes // 1024}", "sysfs: size (per instance)"),
+                _entry("size_kib", f"{cache.size_bytes // 1024}", _size_source(m, cache.size_bytes)
+                       if i == len(m["levels"]) - 1 else "sysfs: size (per instance)"),
                 _entry("line_bytes", f"{cache.line_bytes}", "sysfs: coherency_line_size"),
                 _entry("shared_by", f'"{cache.shared_by}"', f"sysfs: shared_cpu_list {cache.shared_cpus}"
                        + (" (this core's hardware threads)" if cache.shared_by == "core" else " (beyond this core)")),
                 _entry("latency_ns", f"{latency:.2f}", f"pointer chase: ns per dependent load around a random cycle "
                        f"of lines over {size} (half the level)"
                        + (f"; measured {level['latency_ns']:.2f}, raised to the level inside's" if raised else "")),
-                _entry("bandwidth_gbs", f"{level['bandwidth_gbs']:.1f}", f"one thread running the stream kernel "
-                       f"over {size} again and again (each double loaded, incremented, stored back), GB/s updated")]
+                _entry("bandwidth_gbs", f"{level['bandwidth_gbs']:.1f}", f"one thread reading every word of "
+                       f"{size} in order, again and again, nothing stored: GB/s read")]
         if i == 0:
-            out.append(_entry("outstanding_misses", f"{m['outstanding_misses']}", f"round(DRAM chase latency "
-                              f"{m['dram_latency_ns']:.1f} ns / {m['stride_ns']:.2f} ns per line of the stride kernel "
-                              f"on one thread over {_kib(m['dram_bytes'])} in {_kib(STRIDE_ARRAY_BYTES)} arrays): "
-                              "the misses in flight the stride pattern gets, prefetcher included (independent random "
-                              f"loads, which no prefetcher follows: {m['independent_ns']:.2f} ns, "
-                              f"{max(1, round(m['dram_latency_ns'] / m['independent_ns']))} in flight)"))
+            out += _stride_entries(m)
         out.append("")
     dram_latency = max(round(m["dram_latency_ns"], 2), floor)
     shared = m["shared_gbs"]
@@ -223,13 +312,15 @@ def hierarchy_text(m: dict) -> str:
             _entry("node", '"socket"', "one NUMA node: this file describes one socket"),
             _entry("size_gib", f"{m['memory_bytes'] / 2**30:.1f}", "/proc/meminfo: MemTotal"),
             _entry("latency_ns", f"{dram_latency:.2f}", f"pointer chase as for the caches, over {size} "
-                   f"({DRAM_FACTOR} x the last level)" + (f"; measured {m['dram_latency_ns']:.2f}, raised to the "
-                                                          "last level's" if dram_latency > round(m["dram_latency_ns"], 2) else "")),
-            _entry("bandwidth_gbs", f"{m['dram_bandwidth_gbs']:.1f}", f"one thread running the stream kernel "
-                   f"over {size}, as for the caches"),
+                   f"({DRAM_FACTOR} x the last level's size in sysfs)"
+                   + (f"; measured {m['dram_latency_ns']:.2f}, raised to the last level's"
+                      if dram_latency > round(m["dram_latency_ns"], 2) else "")),
+            _entry("bandwidth_gbs", f"{m['dram_bandwidth_gbs']:.1f}", f"one thread reading every word of "
+                   f"{size} in order, as for the caches"),
             _entry("shared_bandwidth_gbs", f"{shared[best]:.1f}", f"the best aggregate of 1..{len(shared)} threads "
-                   f"running the stream kernel over {size} split between them, all at once ({best + 1} thread(s)); GB/s by thread count: "
+                   f"reading {size} split between them, all at once ({best + 1} thread(s)); GB/s by thread count: "
                    f"[{', '.join(f'{x:.1f}' for x in shared)}]"),
             _entry("jitter_cv", f"{min(m['jitter_cv'], 0.5):.3f}", f"standard deviation / mean of the time of "
-                   f"{JITTER_RUNS} identical streams over {size} on one core (capped at 0.5)"), ""]
+                   f"{JITTER_RUNS} identical passes of the stream kernel (each double loaded, incremented, stored "
+                   f"back) over {size} on one core (capped at 0.5)"), ""]
     return "\n".join(out)

@@ -173,12 +173,12 @@ def validate_locality(machine=HOST_MACHINE_FILE, threads: int | None = None, n: 
         raise SimschedError(f"the locality validation needs n >= threads ({threads}) iterations, got {n!r}")
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 2:
         raise SimschedError(f"the locality validation needs --repeat >= 2 (the first loop is discarded), got {repeat!r}")
-    body_ns = loop_body_ns(model, n)
     rows = []
     for label, total in working_sets(model.hierarchy, threads):
         per = max(8, round(total / n / 8) * 8)
         workload = f"arrays:n={n},bytes={per},balance=balanced"
-        # The simulated loop carries the native loop body's own cost as each iteration's compute.
+        # The simulated loop carries the native kernel's own cost at this size as each iteration's compute.
+        body_ns = loop_body_ns(model, per, n)
         modeled = f"{workload},cost_ns={body_ns:.3f}"
         for name in locality_schedulers(n, threads):
             measured = run(name, workload, threads, repeat=repeat)
@@ -192,17 +192,23 @@ def validate_locality(machine=HOST_MACHINE_FILE, threads: int | None = None, n: 
     return pd.DataFrame(rows)
 
 
-def loop_body_ns(model, n: int, repeat: int = 11) -> float:
-    """The native kernel's cost per iteration beyond its memory accesses: one thread, one 8-byte element each.
+def loop_body_ns(model, nbytes: int, n: int, repeat: int = 11) -> float:
+    """The native kernel's own cost per iteration of ``nbytes``: its work beyond fetching the data.
 
-    The median native loop time per iteration, less the memory time the model gives the
-    same loop (one element in L1): the loop's own instructions (bounds, the call, the
-    index arithmetic), which the workload's ``cost_ns`` stands for in the simulation.
+    One thread runs the kernel over as many such iterations (at most ``n``) as half the
+    core's last private cache level holds, so that after the first loop its data is in the
+    core's own caches; the median loop time per iteration, less the memory time the model
+    gives the same loop, is the work the model has no figure for (the update of each double,
+    the index arithmetic, the loop's bounds and call), which the workload's ``cost_ns``
+    stands for in the simulation.
     """
-    workload = f"arrays:n={n},bytes=8"
-    native_ns = _median_loop_ns(run("omp-static", workload, 1, repeat=repeat).loop_ns) / n
-    modeled_ns = _median_loop_ns(simulate(model, "omp-static", workload, 1, repeat=repeat).loop_ns) / n
-    return max(native_ns - modeled_ns, 0.0)
+    levels = model.hierarchy.levels
+    private = [lv for lv in levels if lv.shared_by == "core"] or levels[:1]
+    iterations = max(1, min(n, private[-1].size_bytes // 2 // nbytes))
+    workload = f"arrays:n={iterations},bytes={nbytes},balance=balanced"
+    native_ns = _median_loop_ns(run("omp-static", workload, 1, repeat=repeat).loop_ns)
+    modeled_ns = _median_loop_ns(simulate(model, "omp-static", workload, 1, repeat=repeat).loop_ns)
+    return max(native_ns - modeled_ns, 0.0) / iterations
 
 
 def _overall(result):
@@ -220,15 +226,14 @@ def format_locality(table: pd.DataFrame) -> str:
     def affinity(value):
         return "-" if value is None or value != value else f"{value:.3f}"
 
-    lines = [f"{'scheduler':<24} {'working set':<16} {'total':>10} {'native us':>11} {'sim us':>11} {'error':>8} "
-             f"{'native aff':>10} {'sim aff':>8}"]
+    lines = [f"{'scheduler':<24} {'working set':<16} {'total':>10} {'body ns':>9} {'native us':>11} {'sim us':>11} "
+             f"{'error':>8} {'native aff':>10} {'sim aff':>8}"]
     for row in table.itertuples(index=False):
         lines.append(f"{row.scheduler:<24} {row.working_set:<16} {row.total_bytes / 2**20:8.2f} MiB "
-                     f"{row.native_us:11.1f} {row.sim_us:11.1f} {100 * row.error:+7.1f}% "
+                     f"{row.body_ns:9.1f} {row.native_us:11.1f} {row.sim_us:11.1f} {100 * row.error:+7.1f}% "
                      f"{affinity(row.native_affinity):>10} {affinity(row.sim_affinity):>8}")
-    if len(table):
-        lines.append(f"simulated with cost_ns={table['body_ns'].iloc[0]:.2f} per iteration: the native loop body's own "
-                     "cost (one thread, 8-byte arrays), less the model's memory time for it")
+    lines.append("body: each iteration's cost_ns in the simulation, the native kernel's own cost at that size (one "
+                 "thread, its data in the core's own caches) less the model's memory time for it")
     lines.append("median |error| over working sets: " + ", ".join(
         f"{name} {100 * error:.1f}%" for name, error in locality_errors(table).items()))
     return "\n".join(lines)

@@ -219,10 +219,15 @@ def held_bytes(knee: list[tuple[int, float]], dram_latency: float, listed: int) 
     return listed
 
 
-def cached_bytes(levels: list[Cache]) -> int:
-    """A working set the core's own caches hold: half its last private level (at least the largest stride probe's)."""
+def half_private(levels) -> int:
+    """Half the last level private to a core (the first level if none is): data its own caches hold; 0 if none."""
     private = [c for c in levels if c.shared_by == "core"] or levels[:1]
-    return max([max(STRIDE_ARRAYS_KIB) << 10] + [c.size_bytes // 2 for c in private[-1:]])
+    return private[-1].size_bytes // 2 if private else 0
+
+
+def cached_bytes(levels: list[Cache]) -> int:
+    """The stride probe's working set in the core's own caches (at least one of its largest arrays)."""
+    return max(max(STRIDE_ARRAYS_KIB) << 10, half_private(levels))
 
 
 def misses_in_flight(latency_ns: float, miss_ns: float, transfer_ns: float) -> int:

@@ -202,9 +202,9 @@ def loop_body_ns(model, nbytes: int, n: int, repeat: int = 11) -> float:
     the index arithmetic, the loop's bounds and call), which the workload's ``cost_ns``
     stands for in the simulation.
     """
-    levels = model.hierarchy.levels
-    private = [lv for lv in levels if lv.shared_by == "core"] or levels[:1]
-    iterations = max(1, min(n, private[-1].size_bytes // 2 // nbytes))
+    from .memprobe import half_private
+
+    iterations = max(1, min(n, half_private(model.hierarchy.levels) // nbytes))
     workload = f"arrays:n={iterations},bytes={nbytes},balance=balanced"
     native_ns = _median_loop_ns(run("omp-static", workload, 1, repeat=repeat).loop_ns)
     modeled_ns = _median_loop_ns(simulate(model, "omp-static", workload, 1, repeat=repeat).loop_ns)

@@ -288,13 +288,10 @@ class DataState:
             return np.zeros_like(size)
         levels = self.h.levels
         fits = np.searchsorted([lv.size_bytes for lv in levels], size, side="left")
-        # Each level's cost for each iteration (its own misses in flight), DRAM's for blocks that fit no cache.
-        costs = [np.broadcast_to(self.access(lv.latency_ns, lv.bandwidth_gbs, pattern, ELEMENT_BYTES, overlap),
-                                 size.shape) for lv in levels]
-        costs.append(np.broadcast_to(self.access(dram_latency, dram_bandwidth, pattern, ELEMENT_BYTES, overlap),
-                                     size.shape))
-        per = np.stack(costs)[fits, np.arange(size.size)]
-        return extra * per
+        # Each level's cost (with each iteration's misses in flight); DRAM's for blocks that fit no cache.
+        costs = [self.access(lv.latency_ns, lv.bandwidth_gbs, pattern, ELEMENT_BYTES, overlap) for lv in levels]
+        costs.append(self.access(dram_latency, dram_bandwidth, pattern, ELEMENT_BYTES, overlap))
+        return extra * np.choose(fits, costs)
 
     def _shared(self, resource, source, start: float, instances: np.ndarray, used: np.ndarray, reading: list):
         """The per-core bandwidth from each of ``instances`` of a shared resource, one more reader being added.

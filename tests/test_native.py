@@ -399,7 +399,7 @@ def test_the_last_level_holds_up_to_the_chase_before_the_first_nearer_drams_late
     from simsched.native.memprobe import held_bytes
 
     mib = 1 << 20
-    # First chase 15 ns, DRAM 150 ns: 12 MiB at 80 ns is nearer DRAM (65 above 15, 70 below 150), so 8 MiB holds.
+    # First chase 15 ns, DRAM 150 ns: 12 MiB at 83 ns is nearer DRAM (68 above 15, 67 below 150), so 8 MiB holds.
     assert held_bytes([(4 * mib, 15.0), (8 * mib, 18.0), (12 * mib, 83.0), (16 * mib, 120.0)], 150.0, 32 * mib) \
         == 8 * mib
     # 12 MiB at 82 ns is still nearer the first chase (67 above, 68 below): it holds; then 16 MiB does not.

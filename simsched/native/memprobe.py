@@ -191,7 +191,6 @@ def measure_hierarchy(cpus: list[int], progress=print) -> dict:
     return {"line_bytes": line, "levels": measured, "knee": knee, "listed_bytes": listed, "dram_bytes": dram_bytes,
             "dram_latency_ns": dram_latency, "independent_ns": independent, "stride": stride,
             "hot_bytes": hot_bytes, "hot_line_ns": hot_line,
-            "outstanding_misses": next(p["misses"] for p in stride if p["array_bytes"] == STRIDE_ARRAY_BYTES),
             "dram_bandwidth_gbs": bandwidth, "shared_gbs": shared, "jitter_cv": jitter, "memory_bytes": memory_total(),
             "cpu": first}
 
@@ -268,7 +267,7 @@ def _stride_entries(m: dict) -> list[str]:
                       for p in m["stride"])
     pairs = ", ".join(f"[{p['array_bytes'] >> 10}, {p['misses']}]" for p in m["stride"])
     return [
-        _entry("outstanding_misses", f"{m['outstanding_misses']}", f"round(DRAM chase latency {latency:.1f} ns / "
+        _entry("outstanding_misses", f"{probe['misses']}", f"round(DRAM chase latency {latency:.1f} ns / "
                f"max({probe['miss_ns']:.2f} ns, {transfer:.2f} ns)): the misses in flight the stride pattern gets "
                f"over {_kib(STRIDE_ARRAY_BYTES)} arrays, prefetcher included. {probe['miss_ns']:.2f} ns: what the "
                f"model must charge a line of the stride kernel from DRAM, so that one thread's loop over "

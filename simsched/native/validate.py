@@ -15,6 +15,7 @@ from ..errors import SimschedError
 from ..machine import load_machine
 from ..host import HOST_MACHINE_FILE
 from . import NATIVE, _check_integer, check_threads, openmp, require, run
+from .memprobe import half_private
 
 
 def durations_us(points: int, low_us: float = 1.0, high_us: float = 1000.0) -> np.ndarray:
@@ -202,8 +203,6 @@ def loop_body_ns(model, nbytes: int, n: int, repeat: int = 11) -> float:
     the index arithmetic, the loop's bounds and call), which the workload's ``cost_ns``
     stands for in the simulation.
     """
-    from .memprobe import half_private
-
     iterations = max(1, min(n, half_private(model.hierarchy.levels) // nbytes))
     workload = f"arrays:n={iterations},bytes={nbytes},balance=balanced"
     native_ns = _median_loop_ns(run("omp-static", workload, 1, repeat=repeat).loop_ns)

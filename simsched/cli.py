@@ -161,6 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
                             help="instead, E3's locality benchmark: arrays over working sets sized by the "
                                  "machine file's caches, omp-static, omp-dynamic and hybrid")
     native_val.add_argument("--n", type=_integer, help="--locality: iterations per loop (default 4096)")
+    native_val.add_argument("--sweeps", type=_integer,
+                            help="--locality: native sweeps over the working sets, each figure their median "
+                                 "(default 5)")
     native_val.add_argument("--schedulers", metavar="LIST",
                             help="scheduler specs to validate, comma-separated as for advise (default: every one "
                                  "native mode runs; not with --locality)")
@@ -526,8 +529,8 @@ def cmd_native(args) -> int:
             if args.schedulers is not None:
                 raise SimschedError("--locality validates its own three schedulers; --schedulers belongs to the others")
             return _native_validate_locality(args)
-        if args.n is not None:
-            raise SimschedError("--n sets the iterations of the --locality validation; give --locality too")
+        if args.n is not None or args.sweeps is not None:
+            raise SimschedError("--n and --sweeps belong to the --locality validation; give --locality too")
         args.points = 10 if args.points is None else args.points
         if args.points < 2 or args.repeat < 1:
             raise SimschedError("--points must be >= 2 and --repeat >= 1")
@@ -594,9 +597,9 @@ def _native_schedulers(text: str | None) -> list[str] | None:
 def _native_validate_trace(args) -> int:
     from .native.validate import check_machine_file, format_trace_validation, validate_trace
 
-    if args.locality or args.points is not None or args.no_openmp or args.n is not None:
-        raise SimschedError("--workload validates a recorded trace; --locality, --points, --no-openmp and --n "
-                            "belong to the other validations")
+    if args.locality or args.points is not None or args.no_openmp or args.n is not None or args.sweeps is not None:
+        raise SimschedError("--workload validates a recorded trace; --locality, --points, --no-openmp, --n and "
+                            "--sweeps belong to the other validations")
     table = validate_trace(args.workload, check_machine_file(args.machine), args.threads, args.repeat,
                            _native_schedulers(args.schedulers))
     if args.json:
@@ -607,13 +610,14 @@ def _native_validate_trace(args) -> int:
 
 
 def _native_validate_locality(args) -> int:
-    from .native.validate import (LOCALITY_N, check_machine_file, format_locality, locality_errors,
-                                  validate_locality)
+    from .native.validate import (LOCALITY_N, LOCALITY_SWEEPS, check_machine_file, format_locality,
+                                  locality_errors, validate_locality)
 
     if args.points is not None or args.no_openmp:
         raise SimschedError("--points and --no-openmp belong to the uforall validation, not --locality")
     table = validate_locality(check_machine_file(args.machine), args.threads,
-                              LOCALITY_N if args.n is None else args.n, args.repeat)
+                              LOCALITY_N if args.n is None else args.n, args.repeat,
+                              LOCALITY_SWEEPS if args.sweeps is None else args.sweeps)
     if args.json:
         print(json.dumps({"rows": json.loads(table.to_json(orient="records")),
                           "median_abs_error": locality_errors(table)}))

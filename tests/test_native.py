@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -75,6 +76,38 @@ def test_hybrid_claims_every_partition_once():
     assert r.counters["failed_claims"] <= 2 * THREADS * (partitions.bit_length() + 1)
 
 
+def test_hybrid_takes_its_grain_from_its_own_range():
+    # 640 iterations on 2 partitions: leaves of grain=16 (one each from a range of 320), else cilk_for's 40.
+    from simsched.schedulers import get_scheduler
+
+    assert native.native_config(get_scheduler("hybrid:grain=16"), 640, 2)[-1] == 16
+    assert native.native_config(get_scheduler("hybrid"), 640, 2)[-1] == 40
+
+
+def test_native_refuses_a_sleep_its_idle_workers_never_take(capsys):
+    from simsched.schedulers import get_scheduler
+
+    with pytest.raises(SimschedError, match="spin and never sleep, so sleep_after=5 has no native counterpart"):
+        native.native_config(get_scheduler("hybrid:sleep_after=5"), 640, 2)
+    assert main(["native", "run", "--scheduler", "tbb-simple:sleep_after=5", "--threads", "1",
+                 "--workload", "uforall:n=10"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    native.native_config(get_scheduler("hybrid:sleep_after=128"), 640, 2)   # the default: nothing asked
+
+
+def test_a_simulation_beside_a_native_run_never_sleeps():
+    # Cilk's thieves sleep after 128 failed steals and pay the OS wake-up when work appears; the native
+    # runtime's spin. Two workers, iterations of 200 and 1 us: the one with the short one fails far more
+    # than 128 steals before the next loop, so in the plain simulation it sleeps, and is woken, every loop.
+    from simsched import simulate
+
+    workload = np.array([200_000.0, 1_000.0])
+    plain = simulate("haswell-e5-2695v3", "hybrid", workload, 2, repeat=3)
+    native_like = simulate("haswell-e5-2695v3", native.as_run_natively("hybrid"), workload, 2, repeat=3)
+    assert plain.counters["wakeups"] > 0 and native_like.counters["wakeups"] == 0
+    assert native.as_run_natively("hybrid:grain=4").params["grain"] == 4
+    assert native.as_run_natively("omp-static:chunk=3").spec == "omp-static:chunk=3"
+
 @needs_native
 def test_static_blocks_are_the_simulators_blocks():
     r = native.run("fg-tree", "uforall:n=10,cost_ns=10", THREADS)
@@ -140,7 +173,6 @@ def test_calibrate_writes_a_loadable_machine_with_plausible_values(tmp_path, cap
 def test_calibrate_states_the_atomics_of_the_cpu_architecture():
     import platform
     import tomllib
-    from pathlib import Path
 
     from simsched.machine import Machine
     from simsched.native.calibrate import atomics_line
@@ -294,6 +326,11 @@ def test_each_workers_states_fit_inside_the_makespan(scheduler):
      "at most 2147483647 iterations"),
     (["calibrate", "--rounds", "0"], "rounds must be an integer"),
     (["validate", "--n", "64", "--machine", "absent.toml"], "give --locality too"),
+    (["validate", "--sweeps", "3", "--machine", "absent.toml"], "give --locality too"),
+    (["validate", "--locality", "--sweeps", "0", "--machine",
+      str(Path(__file__).resolve().parents[1] / "machines" / "haswell-e5-2695v3.toml")],
+     "--sweeps must be an integer in [1, 1000]"),
+    (["validate", "--workload", "trace:path=t.npz", "--sweeps", "3"], "--sweeps belong to the other validations"),
     (["validate", "--locality", "--points", "3"], "--points and --no-openmp belong to the uforall validation"),
 ])
 def test_bad_native_input_is_one_line(args, message, capsys, tmp_path):
@@ -523,13 +560,15 @@ def test_validate_locality_prints_its_table(tmp_path):
     last = re.findall(r"^size_kib = (\d+)", text, flags=re.M)
     small = int(last[-2]) * 2
     machine.write_text(re.sub(rf"^size_kib = {last[-1]}\b", f"size_kib = {small}", text, flags=re.M))
-    args = ["validate", "--locality", "--machine", machine, "--threads", THREADS, "--n", 64, "--repeat", 2]
+    args = ["validate", "--locality", "--machine", machine, "--threads", THREADS, "--n", 64, "--repeat", 2,
+            "--sweeps", 3]
     proc = _native_cli(*args)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].split()[:2] == ["scheduler", "working"] and len(lines) == 1 + 3 * 4 + 2
-    assert lines[0].split()[4:6] == ["body", "ns"]
-    assert lines[-2].startswith("body: each iteration's cost_ns") and "the native kernel's own cost" in lines[-2]
+    assert lines[0].split()[4:10] == ["body", "ns", "native", "us", "(min", "-"]
+    assert lines[-2].startswith("native: the median of 3 sweeps over the working sets (min - max of them); body: "
+                                "each iteration's cost_ns") and "the native kernel's own cost" in lines[-2]
     assert lines[-1].startswith("median |error| over working sets: omp-static")
     assert f"8x l{len(caches())}" in proc.stdout and "hybrid" in proc.stdout
     data = _json(_native_cli(*args, "--json"))
@@ -538,6 +577,9 @@ def test_validate_locality_prints_its_table(tmp_path):
     assert {row["total_bytes"] for row in data["rows"]} >= {8 * small * 1024}
     for row in data["rows"]:
         assert row["native_us"] > 0 and row["sim_us"] > 0 and row["threads"] == THREADS and row["body_ns"] >= 0
+        assert len(row["sweeps_native_us"]) == 3 == len(row["sweeps_body_ns"])
+        assert row["native_us"] == pytest.approx(float(np.median(row["sweeps_native_us"])))
+        assert row["body_ns"] == pytest.approx(float(np.median(row["sweeps_body_ns"])))
         assert row["native_affinity"] is not None and 0 <= row["native_affinity"] <= 1
         if row["scheduler"] == "omp-static":
             assert row["native_affinity"] == 1.0 == row["sim_affinity"]

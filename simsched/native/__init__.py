@@ -9,6 +9,7 @@ before and every native entry point says, in one line, that native mode is not b
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from functools import lru_cache
 
@@ -55,6 +56,9 @@ NATIVE = {
     "tbb-auto": ("tbb_auto", True, True, "tree"),
     "tbb-affinity": ("tbb_affinity", True, True, "tree"),
 }
+# The native runtime's idle workers spin until work or the next loop comes; none ever sleeps. A simulation
+# set beside a native run gives a scheduler that can sleep a count of failed steals that no run reaches.
+NEVER_SLEEPS = {"sleep_after": sys.maxsize}
 DEFAULT_TIMEOUT_S = 60.0
 MAX_REPEAT = 1_000_000
 INT32 = 2**31 - 1
@@ -111,12 +115,27 @@ def native_config(scheduler, n: int = 0, threads: int = 1) -> tuple[str, str, bo
         if kind == "dissemination":
             raise SimschedError("native mode has central and tree barriers, not dissemination")
         barrier = "central" if kind == "central" else "tree"
-    # The TBB partitioners' grainsize is the native runtime's chunk: ranges above it split.
-    given = scheduler.params.get("chunk", scheduler.params.get("grainsize", 0))
+    sleep_after = scheduler.params.get("sleep_after")
+    if "sleep_after" in scheduler.PARAMS and sleep_after != scheduler.PARAMS["sleep_after"].default:
+        raise SimschedError(f"native mode: {scheduler.name}'s idle workers spin and never sleep, so "
+                            f"sleep_after={sleep_after} has no native counterpart")
+    # The TBB partitioners' grainsize and hybrid's grain are the native runtime's chunk: ranges above it split.
+    params = scheduler.params
+    given = params.get("chunk", params.get("grainsize", params.get("grain", 0)))
     chunk = _check_integer("chunk", int(given or 0), 0, INT32)
-    if share == "hybrid" or (share in ("dynamic", "guided") and chunk == 0):
-        chunk = default_grain(n, threads)  # cilk_for's grain: hybrid's partitions, and omp chunk=0
+    if chunk == 0 and share in ("hybrid", "dynamic", "guided"):
+        chunk = default_grain(n, threads)  # cilk_for's grain: hybrid's leaves, and omp chunk=0
     return share, barrier, fork_full, join_full, chunk
+
+
+def as_run_natively(scheduler):
+    """``scheduler`` as the native runtime runs it, for a simulation beside a native run: no worker sleeps."""
+    from ..schedulers import get_scheduler
+
+    scheduler = get_scheduler(scheduler)
+    if "sleep_after" in scheduler.PARAMS:
+        return get_scheduler(scheduler, **NEVER_SLEEPS)
+    return scheduler
 
 
 MAX_ARRAYS_BYTES = 2**31

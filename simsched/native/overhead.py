@@ -22,7 +22,7 @@ from ..engine import simulate
 from ..errors import SimschedError
 from ..machine import load_machine
 from ..host import HOST_MACHINE_FILE
-from . import MAX_REPEAT, _check_integer, check_threads, openmp, require, run
+from . import MAX_REPEAT, _check_integer, as_run_natively, check_threads, openmp, require, run
 
 CONF95 = 1.96
 # The loop the simulation averages over, after its first (which starts from cold workers).
@@ -123,7 +123,7 @@ def overhead(machine=HOST_MACHINE_FILE, threads: int | None = None, iters_per_th
     for spec in specs:
         blocks, per_block, loop_us = native_blocks(spec, workload, threads, outer, test_time_us)
         native = block_stats(blocks)
-        loops = simulate(model, spec, workload, threads, repeat=SIMULATED_LOOPS + 1).loop_ns[1:]
+        loops = simulate(model, as_run_natively(spec), workload, threads, repeat=SIMULATED_LOOPS + 1).loop_ns[1:]
         sim_us = float(np.mean(loops)) / 1e3
         row = {"scheduler": spec, "threads": threads, "iters_per_thread": iters_per_thread, "delay_ns": delay_ns,
                "loops_per_block": per_block, "native_us": native["median_us"] - ideal_us,

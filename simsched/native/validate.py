@@ -14,7 +14,7 @@ from ..engine import simulate
 from ..errors import SimschedError
 from ..machine import load_machine
 from ..host import HOST_MACHINE_FILE
-from . import NATIVE, _check_integer, check_threads, openmp, require, run
+from . import NATIVE, _check_integer, as_run_natively, check_threads, openmp, require, run
 from .memprobe import half_private
 
 
@@ -85,7 +85,7 @@ def validate(machine=HOST_MACHINE_FILE, threads: int | None = None, points: int 
             measured = run(name, workload, threads, repeat=repeat + 1).loop_ns
             native_ns.append(_median_loop_ns(measured))
             ci.append(median_ci(measured))
-            sim_ns.append(_median_loop_ns(simulate(model, name, workload, threads, repeat=5).loop_ns))
+            sim_ns.append(_median_loop_ns(simulate(model, as_run_natively(name), workload, threads, repeat=5).loop_ns))
         row = _row(name, threads, t_us, np.asarray(native_ns), np.asarray(sim_ns))
         row["native_ci_us"] = [[round(lo / 1e3, 3), round(hi / 1e3, 3)] for lo, hi in ci]
         rows.append(row)
@@ -129,6 +129,7 @@ def check_machine_file(path: str | Path) -> Path:
 
 # E3's locality microbenchmark: working sets as multiples of a cache level's total size over the threads.
 LOCALITY_N = 4096
+LOCALITY_SWEEPS = 5
 
 
 def working_sets(hierarchy, threads: int) -> list[tuple[str, int]]:
@@ -156,13 +157,18 @@ def locality_schedulers(n: int, threads: int) -> list[str]:
 
 
 def validate_locality(machine=HOST_MACHINE_FILE, threads: int | None = None, n: int = LOCALITY_N,
-                      repeat: int = 21) -> pd.DataFrame:
+                      repeat: int = 21, sweeps: int = LOCALITY_SWEEPS) -> pd.DataFrame:
     """Per scheduler and working set: native and simulated median loop time of ``arrays`` (balanced) and affinity.
 
     Each working set is spread over ``n`` iterations (bytes per iteration rounded to whole
     8-byte doubles); each run is ``repeat`` loops over the same data, the first discarded.
+    The native measurements (each loop body's cost, then each scheduler's run) go over the
+    working sets ``sweeps`` times, one sweep after another, and each figure is the median of
+    its sweeps: a burst of other work on a shared host then moves one sweep of a figure, not
+    the figure.
     """
     require()
+    sweeps = _check_integer("--sweeps", sweeps, 1, 1000)
     model = load_machine(machine)
     if model.hierarchy is None:
         raise SimschedError(f"machine file {machine} describes no memory hierarchy: measure it again with "
@@ -174,22 +180,32 @@ def validate_locality(machine=HOST_MACHINE_FILE, threads: int | None = None, n: 
         raise SimschedError(f"the locality validation needs n >= threads ({threads}) iterations, got {n!r}")
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 2:
         raise SimschedError(f"the locality validation needs --repeat >= 2 (the first loop is discarded), got {repeat!r}")
+    sets = [(label, max(8, round(total / n / 8) * 8)) for label, total in working_sets(model.hierarchy, threads)]
+    schedulers = locality_schedulers(n, threads)
+    bodies = {label: [] for label, _ in sets}
+    measured = {(label, name): [] for label, _ in sets for name in schedulers}
+    for _ in range(sweeps):
+        for label, per in sets:
+            workload = f"arrays:n={n},bytes={per},balance=balanced"
+            bodies[label].append(loop_body_ns(model, per, n))
+            for name in schedulers:
+                measured[label, name].append(run(name, workload, threads, repeat=repeat))
     rows = []
-    for label, total in working_sets(model.hierarchy, threads):
-        per = max(8, round(total / n / 8) * 8)
-        workload = f"arrays:n={n},bytes={per},balance=balanced"
+    for label, per in sets:
         # The simulated loop carries the native kernel's own cost at this size as each iteration's compute.
-        body_ns = loop_body_ns(model, per, n)
-        modeled = f"{workload},cost_ns={body_ns:.3f}"
-        for name in locality_schedulers(n, threads):
-            measured = run(name, workload, threads, repeat=repeat)
-            simulated = simulate(model, name, modeled, threads, repeat=repeat)
-            native_ns, sim_ns = _median_loop_ns(measured.loop_ns), _median_loop_ns(simulated.loop_ns)
+        body_ns = float(np.median(bodies[label]))
+        modeled = f"arrays:n={n},bytes={per},balance=balanced,cost_ns={body_ns:.3f}"
+        for name in schedulers:
+            native_sweeps = [_median_loop_ns(result.loop_ns) for result in measured[label, name]]
+            native_ns = float(np.median(native_sweeps))
+            simulated = simulate(model, as_run_natively(name), modeled, threads, repeat=repeat)
+            sim_ns = _median_loop_ns(simulated.loop_ns)
             rows.append({"scheduler": name, "working_set": label, "total_bytes": per * n, "bytes": per,
-                         "threads": threads, "n": n, "body_ns": body_ns,
-                         "native_us": native_ns / 1e3, "sim_us": sim_ns / 1e3,
-                         "error": (sim_ns - native_ns) / native_ns,
-                         "native_affinity": _overall(measured), "sim_affinity": _overall(simulated)})
+                         "threads": threads, "n": n, "body_ns": body_ns, "sweeps_body_ns": bodies[label],
+                         "native_us": native_ns / 1e3, "sweeps_native_us": [x / 1e3 for x in native_sweeps],
+                         "sim_us": sim_ns / 1e3, "error": (sim_ns - native_ns) / native_ns,
+                         "native_affinity": float(np.median([_overall(r) for r in measured[label, name]])),
+                         "sim_affinity": _overall(simulated)})
     return pd.DataFrame(rows)
 
 
@@ -225,14 +241,17 @@ def format_locality(table: pd.DataFrame) -> str:
     def affinity(value):
         return "-" if value is None or value != value else f"{value:.3f}"
 
-    lines = [f"{'scheduler':<24} {'working set':<16} {'total':>10} {'body ns':>9} {'native us':>11} {'sim us':>11} "
-             f"{'error':>8} {'native aff':>10} {'sim aff':>8}"]
+    lines = [f"{'scheduler':<24} {'working set':<16} {'total':>10} {'body ns':>9} {'native us':>11} "
+             f"{'(min - max)':>19} {'sim us':>11} {'error':>8} {'native aff':>10} {'sim aff':>8}"]
     for row in table.itertuples(index=False):
+        spread = f"({min(row.sweeps_native_us):.1f} - {max(row.sweeps_native_us):.1f})"
         lines.append(f"{row.scheduler:<24} {row.working_set:<16} {row.total_bytes / 2**20:8.2f} MiB "
-                     f"{row.body_ns:9.1f} {row.native_us:11.1f} {row.sim_us:11.1f} {100 * row.error:+7.1f}% "
-                     f"{affinity(row.native_affinity):>10} {affinity(row.sim_affinity):>8}")
-    lines.append("body: each iteration's cost_ns in the simulation, the native kernel's own cost at that size (one "
-                 "thread, its data in the core's own caches) less the model's memory time for it")
+                     f"{row.body_ns:9.1f} {row.native_us:11.1f} {spread:>19} {row.sim_us:11.1f} "
+                     f"{100 * row.error:+7.1f}% {affinity(row.native_affinity):>10} {affinity(row.sim_affinity):>8}")
+    sweeps = len(table["sweeps_native_us"].iloc[0]) if len(table) else 0
+    lines.append(f"native: the median of {sweeps} sweeps over the working sets (min - max of them); body: each "
+                 "iteration's cost_ns in the simulation, the native kernel's own cost at that size (one thread, its "
+                 "data in the core's own caches) less the model's memory time for it, the median of the sweeps'")
     lines.append("median |error| over working sets: " + ", ".join(
         f"{name} {100 * error:.1f}%" for name, error in locality_errors(table).items()))
     return "\n".join(lines)
@@ -297,7 +316,7 @@ def validate_trace(workload: str, machine=HOST_MACHINE_FILE, threads: int | None
         measured, _ = execute(get_scheduler(name), kernel.spec, workers, zeros, kernel.sizes,
                               kernel.passes * (repeat + 1), memory=kernel.memory, csr=kernel.csr)
         passes = np.asarray(measured.loop_ns).reshape(repeat + 1, loops).sum(axis=1)[1:]  # the first is warm-up
-        simulated = float(sum(simulate_program(model, name, costs, workers).loop_ns))
+        simulated = float(sum(simulate_program(model, as_run_natively(name), costs, workers).loop_ns))
         native_ns = float(np.median(passes))
         return {"scheduler": name, "threads": workers, "control": control, "kernel": kernel.spec, "block": block,
                 "native_ms": native_ns / 1e6, "native_min_ms": float(passes.min()) / 1e6,

@@ -28,7 +28,9 @@ def get_scheduler(spec: str | Scheduler, **params: Any) -> Scheduler:
     """A scheduler from a ``name:key=value,...`` spec (keyword ``params`` override the spec's)."""
     if isinstance(spec, Scheduler):
         if params:
-            return type(spec)(**{**spec.params, **params})
+            # Only what was set: a default that is no value of its type (grain=None) is not a parameter to give.
+            given = {key: value for key, value in spec.params.items() if value != spec.PARAMS[key].default}
+            return type(spec)(**{**given, **params})
         return spec
     name, given = parse_spec(spec, "scheduler")
     if name not in REGISTRY:

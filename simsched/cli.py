@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  "machine file's caches, omp-static, omp-dynamic and hybrid")
     native_val.add_argument("--n", type=_integer, help="--locality: iterations per loop (default 4096)")
     native_val.add_argument("--sweeps", type=_integer,
-                            help="--locality: native sweeps over the working sets, each figure their median "
+                            help="--locality: native sweeps over the working sets, each figure its best sweep "
                                  "(default 5)")
     native_val.add_argument("--schedulers", metavar="LIST",
                             help="scheduler specs to validate, comma-separated as for advise (default: every one "

@@ -77,7 +77,7 @@ def test_hybrid_claims_every_partition_once():
 
 
 def test_hybrid_takes_its_grain_from_its_own_range():
-    # 640 iterations on 2 partitions: leaves of grain=16 (one each from a range of 320), else cilk_for's 40.
+    # 640 iterations on 2 threads: the owner takes grain=16 at a time; without it, cilk_for's grain 640 / 16 = 40.
     from simsched.schedulers import get_scheduler
 
     assert native.native_config(get_scheduler("hybrid:grain=16"), 640, 2)[-1] == 16
@@ -107,6 +107,7 @@ def test_a_simulation_beside_a_native_run_never_sleeps():
     assert plain.counters["wakeups"] > 0 and native_like.counters["wakeups"] == 0
     assert native.as_run_natively("hybrid:grain=4").params["grain"] == 4
     assert native.as_run_natively("omp-static:chunk=3").spec == "omp-static:chunk=3"
+
 
 @needs_native
 def test_static_blocks_are_the_simulators_blocks():

@@ -84,14 +84,11 @@ def test_hybrid_takes_its_grain_from_its_own_range():
     assert native.native_config(get_scheduler("hybrid"), 640, 2)[-1] == 40
 
 
-def test_native_refuses_a_sleep_its_idle_workers_never_take(capsys):
+def test_native_refuses_a_sleep_its_idle_workers_never_take():
     from simsched.schedulers import get_scheduler
 
     with pytest.raises(SimschedError, match="spin and never sleep, so sleep_after=5 has no native counterpart"):
         native.native_config(get_scheduler("hybrid:sleep_after=5"), 640, 2)
-    assert main(["native", "run", "--scheduler", "tbb-simple:sleep_after=5", "--threads", "1",
-                 "--workload", "uforall:n=10"]) == 2
-    assert capsys.readouterr().err.count("\n") == 1
     native.native_config(get_scheduler("hybrid:sleep_after=128"), 640, 2)   # the default: nothing asked
 
 
@@ -107,6 +104,29 @@ def test_a_simulation_beside_a_native_run_never_sleeps():
     assert plain.counters["wakeups"] > 0 and native_like.counters["wakeups"] == 0
     assert native.as_run_natively("hybrid:grain=4").params["grain"] == 4
     assert native.as_run_natively("omp-static:chunk=3").spec == "omp-static:chunk=3"
+
+
+@needs_native
+def test_the_validations_simulate_the_schedulers_as_run_natively(monkeypatch):
+    import sys as system
+
+    from simsched.engine import simulate
+    from simsched.native import overhead, validate
+
+    seen = []
+
+    def spy(machine, scheduler, *args, **kwargs):
+        seen.append(scheduler)
+        return simulate(machine, scheduler, *args, **kwargs)
+
+    machine = Path(__file__).resolve().parents[1] / "machines" / "haswell-e5-2695v3.toml"
+    for module in (validate, overhead):
+        monkeypatch.setattr(module, "simulate", spy)
+    validate.validate(machine, 1, points=2, repeat=2, schedulers=["hybrid"], openmp=False)
+    overhead.overhead(machine, 1, iters_per_thread=4, outer=2, test_time_us=10, schedulers=["tbb-simple"],
+                      openmp=False)
+    assert {s.name for s in seen} == {"hybrid", "tbb-simple"}
+    assert all(s.params["sleep_after"] == system.maxsize for s in seen)
 
 
 @needs_native
@@ -332,6 +352,8 @@ def test_each_workers_states_fit_inside_the_makespan(scheduler):
       str(Path(__file__).resolve().parents[1] / "machines" / "haswell-e5-2695v3.toml")],
      "--sweeps must be an integer in [1, 1000]"),
     (["validate", "--workload", "trace:path=t.npz", "--sweeps", "3"], "--sweeps belong to the other validations"),
+    (["run", "--scheduler", "tbb-simple:sleep_after=5", "--threads", "1", "--workload", "uforall:n=10"],
+     "tbb-simple's idle workers spin and never sleep"),
     (["validate", "--locality", "--points", "3"], "--points and --no-openmp belong to the uforall validation"),
 ])
 def test_bad_native_input_is_one_line(args, message, capsys, tmp_path):
@@ -570,6 +592,7 @@ def test_validate_locality_prints_its_table(tmp_path):
     assert lines[0].split()[4:10] == ["body", "ns", "native", "us", "worst", "sim"]
     assert lines[-2].startswith("native: the best of 3 sweeps over the working sets (worst: the slowest); body: "
                                 "each iteration's cost_ns") and "the native kernel's own cost" in lines[-2]
+
     assert lines[-1].startswith("median |error| over working sets: omp-static")
     assert f"8x l{len(caches())}" in proc.stdout and "hybrid" in proc.stdout
     data = _json(_native_cli(*args, "--json"))
@@ -584,6 +607,43 @@ def test_validate_locality_prints_its_table(tmp_path):
         if row["scheduler"] == "omp-static":
             assert row["native_affinity"] == 1.0 == row["sim_affinity"]
     assert set(data["median_abs_error"]) == {"omp-static", dynamic, "hybrid"}
+
+
+def test_locality_validation_keeps_each_figures_best_sweep(monkeypatch):
+    """Three sweeps of stand-in native runs: each row's native time, affinity and body come from its best sweep."""
+    from types import SimpleNamespace
+
+    from simsched.native import validate
+
+    sweep_ns = {0: 300.0, 1: 100.0, 2: 200.0}   # the second sweep is the fastest everywhere
+    calls = {"run": 0, "body": 0}
+    per_sweep = 4 * 3   # four working sets, three schedulers
+
+    def fake_run(name, workload, threads, repeat):
+        sweep = calls["run"] // per_sweep
+        calls["run"] += 1
+        return SimpleNamespace(loop_ns=[1e9] + [sweep_ns[sweep]] * (repeat - 1),
+                               affinity={"overall": 0.1 * (sweep + 1)})
+
+    def fake_body(model, nbytes, n):
+        calls["body"] += 1
+        return 5.0 + calls["body"]   # rises with each sweep: the first sweep's is the least
+
+    monkeypatch.setattr(validate, "require", lambda: None)
+    monkeypatch.setattr(validate, "run", fake_run)
+    monkeypatch.setattr(validate, "loop_body_ns", fake_body)
+    machine = Path(__file__).resolve().parents[1] / "machines" / "xeon-e5-4620.toml"
+    table = validate.validate_locality(machine, threads=1, n=8, repeat=3, sweeps=3)
+    assert calls == {"run": 3 * per_sweep, "body": 3 * 4} and len(table) == per_sweep
+    for row in table.itertuples(index=False):
+        assert row.sweeps_native_us == [0.3, 0.1, 0.2] and row.native_us == 0.1
+        assert row.native_affinity == pytest.approx(0.2)   # the best sweep's, not the median's or the first's
+        assert row.body_ns == min(row.sweeps_body_ns) == row.sweeps_body_ns[0]
+    text = validate.format_locality(table).splitlines()
+    assert [line.split()[-6:-4] for line in text[1:-2]] == [["0.1", "0.3"]] * per_sweep   # native: the best; worst
+    assert text[-2].startswith("native: the best of 3 sweeps over the working sets (worst: the slowest)")
+    one = validate.format_locality(table.assign(sweeps_native_us=[[0.1]] * per_sweep)).splitlines()[-2]
+    assert one.startswith("native: the best of 1 sweep over")
 
 
 @needs_native

@@ -129,7 +129,11 @@ def native_config(scheduler, n: int = 0, threads: int = 1) -> tuple[str, str, bo
 
 
 def as_run_natively(scheduler):
-    """``scheduler`` as the native runtime runs it, for a simulation beside a native run: no worker sleeps."""
+    """``scheduler`` as the native runtime runs it, for a simulation beside a native run: no worker sleeps.
+
+    An idle simulated thief then makes one steal attempt after another, an event each, for as
+    long as it is idle: a loop whose workers idle for milliseconds simulates in seconds.
+    """
     from ..schedulers import get_scheduler
 
     scheduler = get_scheduler(scheduler)

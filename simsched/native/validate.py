@@ -164,7 +164,7 @@ def validate_locality(machine=HOST_MACHINE_FILE, threads: int | None = None, n: 
     8-byte doubles); each run is ``repeat`` loops over the same data, the first discarded.
     The native measurements (each loop body's cost, then each scheduler's run) go over the
     working sets ``sweeps`` times, one sweep after another, and each figure is its best sweep,
-    as each figure of the calibration is its best try: on a shared host other work only ever
+    as each memory probe of the calibration is its best try: on a shared host other work only ever
     slows a sweep down, and the model, calibrated on the host undisturbed, has none of it.
     """
     require()
@@ -189,23 +189,24 @@ def validate_locality(machine=HOST_MACHINE_FILE, threads: int | None = None, n: 
             workload = f"arrays:n={n},bytes={per},balance=balanced"
             bodies[label].append(loop_body_ns(model, per, n))
             for name in schedulers:
-                measured[label, name].append(run(name, workload, threads, repeat=repeat))
+                result = run(name, workload, threads, repeat=repeat)
+                measured[label, name].append((_median_loop_ns(result.loop_ns), _overall(result)))
     rows = []
     for label, per in sets:
         # The simulated loop carries the native kernel's own cost at this size as each iteration's compute.
         body_ns = min(bodies[label])
         modeled = f"arrays:n={n},bytes={per},balance=balanced,cost_ns={body_ns:.3f}"
         for name in schedulers:
-            native_sweeps = [_median_loop_ns(result.loop_ns) for result in measured[label, name]]
+            native_sweeps = [median for median, _ in measured[label, name]]
             best = int(np.argmin(native_sweeps))
-            native_ns = native_sweeps[best]
+            native_ns, native_affinity = measured[label, name][best]
             simulated = simulate(model, as_run_natively(name), modeled, threads, repeat=repeat)
             sim_ns = _median_loop_ns(simulated.loop_ns)
             rows.append({"scheduler": name, "working_set": label, "total_bytes": per * n, "bytes": per,
                          "threads": threads, "n": n, "body_ns": body_ns, "sweeps_body_ns": bodies[label],
                          "native_us": native_ns / 1e3, "sweeps_native_us": [x / 1e3 for x in native_sweeps],
                          "sim_us": sim_ns / 1e3, "error": (sim_ns - native_ns) / native_ns,
-                         "native_affinity": _overall(measured[label, name][best]),
+                         "native_affinity": native_affinity,
                          "sim_affinity": _overall(simulated)})
     return pd.DataFrame(rows)
 
@@ -249,7 +250,8 @@ def format_locality(table: pd.DataFrame) -> str:
                      f"{row.body_ns:9.1f} {row.native_us:11.1f} {max(row.sweeps_native_us):9.1f} {row.sim_us:11.1f} "
                      f"{100 * row.error:+7.1f}% {affinity(row.native_affinity):>10} {affinity(row.sim_affinity):>8}")
     sweeps = len(table["sweeps_native_us"].iloc[0]) if len(table) else 0
-    lines.append(f"native: the best of {sweeps} sweeps over the working sets (worst: the slowest); body: each "
+    lines.append(f"native: the best of {sweeps} sweep{'s' * (sweeps != 1)} over the working sets (worst: the "
+                 "slowest); body: each "
                  "iteration's cost_ns in the simulation, the native kernel's own cost at that size (one thread, its "
                  "data in the core's own caches) less the model's memory time for it, the sweeps' least")
     lines.append("median |error| over working sets: " + ", ".join(

@@ -115,12 +115,11 @@ def native_config(scheduler, n: int = 0, threads: int = 1) -> tuple[str, str, bo
         if kind == "dissemination":
             raise SimschedError("native mode has central and tree barriers, not dissemination")
         barrier = "central" if kind == "central" else "tree"
-    sleep_after = scheduler.params.get("sleep_after")
-    if "sleep_after" in scheduler.PARAMS and sleep_after != scheduler.PARAMS["sleep_after"].default:
-        raise SimschedError(f"native mode: {scheduler.name}'s idle workers spin and never sleep, so "
-                            f"sleep_after={sleep_after} has no native counterpart")
-    # The TBB partitioners' grainsize and hybrid's grain are the native runtime's chunk: ranges above it split.
     params = scheduler.params
+    if "sleep_after" in scheduler.PARAMS and params["sleep_after"] != scheduler.PARAMS["sleep_after"].default:
+        raise SimschedError(f"native mode: {scheduler.name}'s idle workers spin and never sleep, so "
+                            f"sleep_after={params['sleep_after']} has no native counterpart")
+    # The TBB partitioners' grainsize and hybrid's grain are the native runtime's chunk: ranges above it split.
     given = params.get("chunk", params.get("grainsize", params.get("grain", 0)))
     chunk = _check_integer("chunk", int(given or 0), 0, INT32)
     if chunk == 0 and share in ("hybrid", "dynamic", "guided"):

@@ -181,21 +181,21 @@ def validate_locality(machine=HOST_MACHINE_FILE, threads: int | None = None, n: 
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 2:
         raise SimschedError(f"the locality validation needs --repeat >= 2 (the first loop is discarded), got {repeat!r}")
     sets = [(label, max(8, round(total / n / 8) * 8)) for label, total in working_sets(model.hierarchy, threads)]
+    workloads = {label: f"arrays:n={n},bytes={per},balance=balanced" for label, per in sets}
     schedulers = locality_schedulers(n, threads)
     bodies = {label: [] for label, _ in sets}
     measured = {(label, name): [] for label, _ in sets for name in schedulers}
     for _ in range(sweeps):
         for label, per in sets:
-            workload = f"arrays:n={n},bytes={per},balance=balanced"
             bodies[label].append(loop_body_ns(model, per, n))
             for name in schedulers:
-                result = run(name, workload, threads, repeat=repeat)
+                result = run(name, workloads[label], threads, repeat=repeat)
                 measured[label, name].append((_median_loop_ns(result.loop_ns), _overall(result)))
     rows = []
     for label, per in sets:
         # The simulated loop carries the native kernel's own cost at this size as each iteration's compute.
         body_ns = min(bodies[label])
-        modeled = f"arrays:n={n},bytes={per},balance=balanced,cost_ns={body_ns:.3f}"
+        modeled = f"{workloads[label]},cost_ns={body_ns:.3f}"
         for name in schedulers:
             native_sweeps = [median for median, _ in measured[label, name]]
             best = int(np.argmin(native_sweeps))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import os
 import resource
+import time
 from typing import Sequence
 
 import numpy as np
@@ -22,16 +24,47 @@ BLOCK = 1 << 16
 # DataFrame and pandas' copies while building it), measured as the growth of maxrss per chunk
 # between 10^6 and 4 x 10^6 one-iteration chunks, less the loop's 16 bytes an iteration: about 112.
 BYTES_PER_CHUNK = 112
-# The share of this machine's memory the chunk table may take.
+# The share of the memory available when a run starts that the run may take: the rest stays for the
+# machine's other work.
 MEMORY_SHARE = 0.5
 NO_TABLE_HINT = "run without it: simsched run --no-chunk-table, or simulate(..., keep_chunks=False)"
 
 
+# The last reading of MemAvailable and when it was taken: reading /proc/meminfo costs a few hundred us, and a
+# sweep starts many short runs a second.
+_AVAILABLE: tuple[float, int | None] = (-math.inf, None)
+AVAILABLE_FOR_S = 1.0
+
+
+def available_bytes() -> int | None:
+    """The memory the kernel says is available without swapping (MemAvailable, read at most once a second), or
+    None if it does not say."""
+    global _AVAILABLE
+    now = time.monotonic()
+    if now - _AVAILABLE[0] > AVAILABLE_FOR_S:
+        _AVAILABLE = (now, _read_available())
+    return _AVAILABLE[1]
+
+
+def _read_available() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def memory_bytes() -> int:
-    """This process's memory: the machine's physical memory, or less under an address-space limit."""
+    """The memory this process may take: what is available now (else the physical memory), less under an
+    address-space limit."""
     total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    available = available_bytes()
+    memory = min(total, available) if available is not None else total
     limit, _ = resource.getrlimit(resource.RLIMIT_AS)
-    return min(total, limit) if limit != resource.RLIM_INFINITY else total
+    return min(memory, limit) if limit != resource.RLIM_INFINITY else memory
 
 
 def chunk_limit() -> int:
@@ -43,8 +76,8 @@ def too_many_chunks(chunks: int, how: str) -> SimschedError:
     """The one-line error for a chunk table that would not fit memory."""
     gib = memory_bytes() / 2**30
     return SimschedError(f"{how} {chunks} chunks; their table needs about "
-                         f"{chunks * BYTES_PER_CHUNK / 2**30:.1f} GiB, more than {MEMORY_SHARE:.0%} of this "
-                         f"machine's {gib:.1f} GiB; {NO_TABLE_HINT}")
+                         f"{chunks * BYTES_PER_CHUNK / 2**30:.1f} GiB, more than {MEMORY_SHARE:.0%} of the "
+                         f"{gib:.1f} GiB of memory available here; {NO_TABLE_HINT}")
 
 
 class Coverage:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
 import sys
@@ -55,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep = sub.add_parser("sweep", help="run an experiment grid from a TOML config")
     sweep.add_argument("config", help="experiment TOML file")
     sweep.add_argument("--out", help="output folder (default: results/<experiment name>)")
-    sweep.add_argument("--jobs", type=_integer, help="local worker processes (default: all cores)")
+    sweep.add_argument("--jobs", type=_integer,
+                       help="local worker processes (default: all cores; at most 4 per CPU)")
     sweep.add_argument("--dask", metavar="ADDRESS",
                        help="run the points on a Dask cluster: a scheduler's tcp://HOST:PORT, or local:N workers")
     sweep.add_argument("--format", choices=("csv", "parquet"), default="csv", help="results table format")
@@ -69,9 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("results", help="results table (CSV/Parquet) or a sweep's output folder")
     fit.add_argument("--json", action="store_true", help="print a JSON list")
 
-    rank = sub.add_parser("rank", help="rank methods by best speedup over a baseline (the experiment's [rank])")
+    rank = sub.add_parser("rank", help="rank methods by best speedup over a baseline (the experiment's "
+                                       "[rank]), per machine, workload and thread count")
     rank.add_argument("results", help="a sweep's output folder (or results table beside its experiment.toml)")
-    rank.add_argument("--baseline", help="baseline scheduler spec (default: the experiment's rank.baseline)")
+    rank.add_argument("--baseline", help="baseline scheduler spec (default: the experiment's rank.baseline; "
+                                         "without either, speedups are over the sequential loop)")
+    rank.add_argument("--baseline-threads", type=_integer, metavar="P",
+                      help="the baseline's thread count (default: the experiment's rank.baseline_threads, "
+                           "else 1)")
     rank.add_argument("--threads", type=_integer, help="thread count to rank at (default: every one)")
     rank.add_argument("--json", action="store_true", help="print a JSON list")
 
@@ -111,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="a machine parameter and the factors to scale it by (repeatable; default: every number "
                            "of the machine's cost sections, by 0.8 and 1.25)")
     sens.add_argument("--out", help="output folder (default: results/sensitivity/<experiment name>)")
-    sens.add_argument("--jobs", type=_integer, help="local worker processes (default: all cores)")
+    sens.add_argument("--jobs", type=_integer,
+                      help="local worker processes (default: all cores; at most 4 per CPU)")
     sens.add_argument("--seeds", type=_integer, help="run only the grid's first N seeds")
     sens.add_argument("--quiet", action="store_true", help="no progress bars")
 
@@ -126,7 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "binlpt, stealing, ich, hybrid)")
     advise.add_argument("--baseline", default="omp-static", help="scheduler of the whole program to compare with "
                                                                  "(default omp-static; always a candidate)")
-    advise.add_argument("--seed", type=_integer, default=0, help="seed of the run's random generator")
+    advise.add_argument("--seed", type=_integer, default=0, help="the first seed of the runs' random generators")
+    advise.add_argument("--seeds", type=_integer, metavar="N",
+                        help="simulate with N seeds from --seed on and report mean times, their spread and the "
+                             "runner-ups (default 5)")
     advise.add_argument("--json", action="store_true", help="print one JSON object")
 
     native = sub.add_parser("native", help="run schedulers on this machine's threads, or measure this machine")
@@ -209,6 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
     native_cal.add_argument("--out", default=HOST_MACHINE_FILE, help=f"machine file (default {HOST_MACHINE_FILE})")
     native_cal.add_argument("--threads", type=_integer, help="CPUs to measure (default: all available)")
     native_cal.add_argument("--rounds", type=_integer, default=20000, help="ping-pong round trips per core pair")
+    native_cal.add_argument("--force", action="store_true",
+                            help="measure and write even when the host is too busy or the figures are "
+                                 "doubtful (the file then says so)")
     return parser
 
 
@@ -244,7 +258,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return COMMANDS[args.command](args)
+        status = COMMANDS[args.command](args)
+        sys.stdout.flush()  # output a full device refuses fails here, as one line, rather than at exit
+        return status
     except ExecutionError as exc:
         print(f"simsched: internal error (please report it): {exc}", file=sys.stderr)
         return 3
@@ -259,6 +275,33 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + getattr(exc, "signum", 2)
     except BrokenPipeError:
         return 0
+    except OSError as exc:
+        if exc.errno not in _FULL:
+            raise
+        _drop_stdout()
+        what = exc.filename or "the output"
+        print(f"simsched: error: cannot write {what}: {exc.strerror}", file=sys.stderr)
+        return 2
+
+
+# A device or disk that takes no more data: what was printed is lost, so it ends the command as an error.
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _drop_stdout() -> None:
+    """Point the standard output at /dev/null, so that what it still buffers fails no second time at exit."""
+    import os
+
+    try:
+        sys.stdout.flush()
+    except OSError:
+        pass
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):  # a captured stdout, as in tests, has no descriptor
+        pass
 
 
 def cmd_run(args) -> int:
@@ -329,8 +372,10 @@ def cmd_sweep(args) -> int:
     from .errors import Interrupted
     from .sweep import load_experiment, run_sweep, with_machine_settings
 
-    if args.jobs is not None and args.jobs < 1:
-        raise SimschedError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.jobs is not None:
+        from .pool import check_jobs
+
+        check_jobs(args.jobs)
     if args.jobs is not None and args.dask:
         raise SimschedError("--jobs and --dask exclude each other: a Dask cluster has its own workers")
     experiment = load_experiment(args.config)
@@ -353,25 +398,32 @@ def cmd_sweep(args) -> int:
     reused = frame.attrs["reused"]
     print(f"  {before} already saved, {len(experiment.points) - before - lost - reused} run now"
           + (f", {reused} copied from another seed's run, which drew nothing from its generator" if reused else ""))
+    recomputed = frame.attrs["recomputed"]
+    if recomputed:
+        print(f"  {recomputed} saved {'point' if recomputed == 1 else 'points'} recomputed because input "
+              f"files changed since they were saved: {', '.join(frame.attrs['changed_inputs'])}")
     if failed:
         first = frame[frame["error"] != ""].iloc[0]
-        print(f"simsched: {failed} of {len(frame)} points failed; their errors are in the 'error' column of "
-              f"{table_path} (first: {first['scheduler']} on {first['machine']} with {first['threads']} threads: "
-              f"{first['error']})", file=sys.stderr)
+        kept = frame.attrs["kept_failed"]
+        print(f"simsched: {failed} of {len(frame)} points failed"
+              + (f" ({kept} kept from an earlier run)" if kept else "")
+              + f"; their errors are in the 'error' column of {table_path} (first: {first['scheduler']} on "
+              f"{first['machine']} with {first['threads']} threads: {first['error']}); "
+              "add --retry-failed to run them again", file=sys.stderr)
     if lost:
         print(f"simsched: {lost} points were lost with their workers; run the same command again to compute them",
               file=sys.stderr)
     if failed < len(frame):
         _print_section_tables(experiment, frame, out)
     if experiment.published_d_us and failed < len(frame):
-        from .analysis import burden_table, format_burden_table
+        from .analysis import burden_table
 
-        table = burden_table(frame, experiment.published_d_us)
-        table.to_csv(out / "burden.csv", index=False)
+        from .output import write_whole
+
+        table = burden_table(frame, experiment.published_d_us, experiment.fit_machine or None)
+        write_whole(out / "burden.csv", lambda partial: table.to_csv(partial, index=False))
         print()
-        print(format_burden_table(table))
-        if experiment.source:
-            print(f"published: {experiment.source}")
+        _print_burden(table, experiment)
     return 1 if failed or lost else 0
 
 
@@ -379,8 +431,10 @@ def _print_section_tables(experiment, frame, out: Path) -> None:
     """Each analysis section of the experiment ([rank], [breakdown], [affinity], [apps], [peers]): its table
     saved beside the results and printed, then the published finding it states."""
 
+    from .output import write_whole
+
     def section(spec, filename, table, text):
-        table.to_csv(out / filename, index=False)
+        write_whole(out / filename, lambda partial: table.to_csv(partial, index=False))
         print()
         print(text)
         if spec.get("published"):
@@ -423,34 +477,42 @@ def _saved_experiment(results_path: Path):
     return load_experiment(config) if config.is_file() else None
 
 
-def _published_for(results_path: Path) -> tuple[dict[str, float] | None, str]:
-    experiment = _saved_experiment(results_path)
-    if experiment is None:
-        return None, ""
-    return (experiment.published_d_us or None), experiment.source
+def _print_burden(table, experiment) -> None:
+    """A burden table, then where its published d come from and whose runs they were compared with."""
+    from .analysis import format_burden_table
+
+    machine = experiment.fit_machine if experiment is not None and experiment.published_d_us else None
+    print(format_burden_table(table, machine))
+    notes = [experiment.source] if experiment is not None and experiment.source else []
+    machines = set(map(str, table["machine"]))
+    if machine is not None and machine not in machines:
+        notes.append(f"measured on {machine}; no run here is on it, so none is compared")
+    elif machine is not None and machines != {machine}:
+        notes.append(f"measured on {machine}, so only its runs are compared")
+    if notes:
+        print(f"published: {'; '.join(notes)}")
 
 
 def cmd_fit(args) -> int:
-    from .analysis import burden_table, format_burden_table
+    from .analysis import burden_table
     from .sweep import read_table
 
     path = Path(args.results)
     frame = read_table(path)
-    published, source = _published_for(path)
-    table = burden_table(frame, published)
+    experiment = _saved_experiment(path)
+    published = (experiment.published_d_us or None) if experiment is not None else None
+    table = burden_table(frame, published, (experiment.fit_machine or None) if published else None)
     if args.json:
         records = table.to_dict(orient="records")
         print(json.dumps([{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
                            for k, v in r.items()} for r in records]))
     else:
-        print(format_burden_table(table))
-        if source:
-            print(f"published: {source}")
+        _print_burden(table, experiment)
     return 0
 
 
 def cmd_rank(args) -> int:
-    from .analysis.ranking import format_ranking, rank_methods
+    from .analysis.ranking import format_ranking, rank_methods, ranking_basis
     from .sweep import read_table
 
     path = Path(args.results)
@@ -458,14 +520,22 @@ def cmd_rank(args) -> int:
     experiment = _saved_experiment(path)
     spec = (experiment.rank if experiment else None) or {}
     baseline = args.baseline or spec.get("baseline")
-    if not baseline:
-        raise SimschedError("no baseline: give --baseline SPEC or run rank on a sweep whose config has [rank]")
-    table = rank_methods(frame, baseline, spec.get("baseline_threads", 1),
+    if args.baseline_threads is not None:
+        if args.baseline_threads < 1:
+            raise SimschedError(f"--baseline-threads must be >= 1, got {args.baseline_threads}")
+        if not baseline:
+            raise SimschedError("--baseline-threads is the baseline's thread count: give --baseline SPEC too")
+    baseline_threads = args.baseline_threads
+    if baseline_threads is None:
+        baseline_threads = spec.get("baseline_threads", 1)
+    if args.threads is not None and args.threads < 1:
+        raise SimschedError(f"--threads must be >= 1, got {args.threads}")
+    table = rank_methods(frame, baseline, baseline_threads,
                          args.threads if args.threads is not None else spec.get("threads"))
     if args.json:
         print(table.to_json(orient="records"))
     else:
-        print(format_ranking(table, spec.get("highlight")))
+        print(format_ranking(table, spec.get("highlight"), ranking_basis(baseline, baseline_threads)))
     return 0
 
 
@@ -484,6 +554,20 @@ def _write_chunks(result, chunks: Path | None, source: str = "simulated") -> Non
 
 
 def cmd_native(args) -> int:
+    from .sweep import signals_interrupt
+
+    # SIGINT and SIGTERM stop the threads within milliseconds (the runtime watches for them) and exit 128 +
+    # the signal with one line; without a handler SIGTERM would kill the process silently.
+    with signals_interrupt():
+        return _native(args)
+
+
+def _progress_line(line: str) -> None:
+    """One line of progress on stderr, at once, on a terminal or not: stdout holds the command's result."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def _native(args) -> int:
     from . import native
 
     if args.native_command is None:
@@ -494,8 +578,8 @@ def cmd_native(args) -> int:
 
         command = "simsched native calibrate " + " ".join(sys.argv[3:]) if len(sys.argv) > 3 else \
             "simsched native calibrate"
-        out = calibrate(args.out, args.threads, args.rounds, command=command.strip(),
-                        progress=lambda line: print(line, file=sys.stderr))
+        out = calibrate(args.out, args.threads, args.rounds, command=command.strip(), progress=_progress_line,
+                        force=args.force)
         print(out.resolve())
         return 0
     if args.native_command == "replay":
@@ -535,7 +619,8 @@ def cmd_native(args) -> int:
         if args.points < 2 or args.repeat < 1:
             raise SimschedError("--points must be >= 2 and --repeat >= 1")
         table = validate(check_machine_file(args.machine), args.threads, args.points, args.repeat,
-                         _native_schedulers(args.schedulers), openmp=not args.no_openmp)
+                         _native_schedulers(args.schedulers), openmp=not args.no_openmp,
+                         progress=_progress_line)
         if args.json:
             print(table.to_json(orient="records"))
         else:
@@ -601,7 +686,7 @@ def _native_validate_trace(args) -> int:
         raise SimschedError("--workload validates a recorded trace; --locality, --points, --no-openmp, --n and "
                             "--sweeps belong to the other validations")
     table = validate_trace(args.workload, check_machine_file(args.machine), args.threads, args.repeat,
-                           _native_schedulers(args.schedulers))
+                           _native_schedulers(args.schedulers), progress=_progress_line)
     if args.json:
         print(table.to_json(orient="records"))
     else:
@@ -617,7 +702,8 @@ def _native_validate_locality(args) -> int:
         raise SimschedError("--points and --no-openmp belong to the uforall validation, not --locality")
     table = validate_locality(check_machine_file(args.machine), args.threads,
                               LOCALITY_N if args.n is None else args.n, args.repeat,
-                              LOCALITY_SWEEPS if args.sweeps is None else args.sweeps)
+                              LOCALITY_SWEEPS if args.sweeps is None else args.sweeps,
+                              progress=_progress_line)
     if args.json:
         print(json.dumps({"rows": json.loads(table.to_json(orient="records")),
                           "median_abs_error": locality_errors(table)}))
@@ -668,7 +754,7 @@ def cmd_advise(args) -> int:
     from .analysis.advice import advise, format_advice, split_schedulers
 
     schedulers = split_schedulers(args.schedulers) if args.schedulers is not None else None
-    advice = advise(args.machine, args.program, args.threads, schedulers, args.baseline, args.seed)
+    advice = advise(args.machine, args.program, args.threads, schedulers, args.baseline, args.seed, args.seeds)
     print(json.dumps(advice.to_dict()) if args.json else format_advice(advice))
     return 0
 
@@ -690,7 +776,7 @@ def cmd_breakdown(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from .analysis.plots import plot_ranking, plot_speedup
+    from .analysis.plots import plot_ranking, plot_sweep
     from .output import check_output, image_path
     from .sweep import read_table
 
@@ -731,11 +817,14 @@ def cmd_plot(args) -> int:
         plot_breakdown(breakdown_table(frame, breakdown["baseline"]), out)
     elif rank:
         # A method comparison (E4 style): speedup against threads per method.
-        from .analysis.ranking import rank_methods
+        from .analysis.ranking import rank_methods, ranking_basis
 
-        plot_ranking(rank_methods(frame, rank["baseline"], rank["baseline_threads"]), out)
+        plot_ranking(rank_methods(frame, rank["baseline"], rank["baseline_threads"]), out,
+                     ranking_basis(rank["baseline"], rank["baseline_threads"]))
     else:
-        plot_speedup(frame, out)
+        published = experiment.published_d_us if experiment else None
+        plot_sweep(frame, out, published or None, experiment.fit_machine if published else None,
+                   experiment.source if published else "")
     print(out)
     return 0
 
@@ -781,8 +870,10 @@ def cmd_sensitivity(args) -> int:
     from .machine import load_machine
     from .sweep import load_experiment
 
-    if args.jobs is not None and args.jobs < 1:
-        raise SimschedError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.jobs is not None:
+        from .pool import check_jobs
+
+        check_jobs(args.jobs)
     experiment = load_experiment(args.config)
     if args.vary:
         varies = [parse_vary(text) for text in args.vary]

@@ -11,7 +11,8 @@ import simpy
 from simpy.core import NORMAL
 from simpy.events import Event
 
-from .chunks import ChunkLog, chunk_limit, too_many_chunks, verify_exactly_once
+from .budget import check_memory
+from .chunks import ChunkLog, chunk_limit, verify_exactly_once
 from .errors import SimschedError
 from .locality import DataState
 from .loop import Loop, check_total
@@ -317,11 +318,10 @@ class Simulation:
         if self.children and not scheduler.NESTED:
             raise SimschedError(f"scheduler {scheduler.name} cannot run nested loops; "
                                 "the loop-task schedulers (lbs, adapt-g, adapt-l, distrib, offload, cellss) can")
-        if self.keep_chunks:
-            # Refuse up front a table that cannot fit rather than die after hours of simulation.
-            least = sum(scheduler.min_chunks(loop.n, self.threads) for loop in self.loops)
-            if least > self._chunks.limit:
-                raise too_many_chunks(least, f"{scheduler.spec} runs at least")
+        # Refuse up front a run that cannot fit rather than die after hours of simulation (simulate_program
+        # checked before drawing the loops; a Simulation loaded directly is checked only here).
+        check_memory(scheduler, [(loop.n, 1) for loop in self.loops], self.threads, self.keep_chunks,
+                     self.segments is not None, drawn=True)
         self._chunks.coverage.what = scheduler.spec
         scheduler.setup(self)
         env = self.env
@@ -428,6 +428,10 @@ def simulate_program(machine, scheduler, workloads, threads: int, seed: int = 0,
     specs = [get_workload(w) for w in workloads]
     if not specs:
         raise SimschedError("a program needs at least one loop")
+    machine.check_threads(threads)
+    # Before anything is drawn: a run that surely cannot fit is refused at once, not after minutes of drawing.
+    sizes = [size for w in specs for size in (w.loop_sizes() or [])]
+    check_memory(sched, sizes, threads, keep_chunks, timeline, repeat=int(repeat))
     sim = Simulation(machine, threads, seed=seed, keep_chunks=keep_chunks, timeline=timeline)
     # The run's one generator draws the costs, so the same seed gives the same loops.
     sim.load([loop for w in specs for loop in draw_loops(w, sim.rng)] * int(repeat))

@@ -838,6 +838,34 @@ def _check_settings_exist(machine: Machine, changes: dict[str, Any], source: str
             raise SimschedError(f"{source}: machine {machine.name} has no {dotted} (its sections: {known})")
 
 
+def _machine_form(text: str) -> str:
+    """The kind of machine spec ``text`` is: variant, uniform, scaled, file or builtin (a file on disk wins)."""
+    exists = Path(text).exists()
+    if text.endswith("]") and "[" in text and not exists:
+        return "variant"
+    if text.startswith(f"{UNIFORM}:") and not exists:
+        return UNIFORM
+    if text.startswith(f"{SCALED}:") and not exists:
+        return SCALED
+    if text.endswith(".toml") or exists:
+        return "file"
+    return "builtin"
+
+
+def machine_files(name_or_path: str | Path | Machine) -> list[Path]:
+    """The user's machine files that loading this machine spec reads (built-in machines are not listed)."""
+    if isinstance(name_or_path, Machine):
+        return []
+    text = str(name_or_path)
+    form = _machine_form(text)
+    if form == "variant":
+        return machine_files(text[:-1].partition("[")[0])
+    if form == SCALED:
+        base = parse_spec(text, "machine")[1].get("base")
+        return machine_files(base) if base else []
+    return [Path(text)] if form == "file" else []
+
+
 def load_machine(name_or_path: str | Path | Machine) -> Machine:
     """Load a built-in machine by name, a machine file by path, ``uniform:cores=N,latency_ns=L`` or ``scaled:base=...``.
 
@@ -848,20 +876,25 @@ def load_machine(name_or_path: str | Path | Machine) -> Machine:
         return name_or_path
     text = str(name_or_path)
     path = Path(text)
-    if text.endswith("]") and "[" in text and not path.exists():
+    form = _machine_form(text)
+    if form == "variant":
         base, _, settings = text[:-1].partition("[")
         machine = load_machine(base)
         changes = parse_settings(settings, f"machine {text}")
         _check_settings_exist(machine, changes, f"machine {text}")
         return machine.replace(**changes)
-    if text.startswith(f"{UNIFORM}:") and not path.exists():
+    if form == UNIFORM:
         return uniform_machine(text)
-    if text.startswith(f"{SCALED}:") and not path.exists():
+    if form == SCALED:
         return scaled_machine(text)
-    if text.endswith(".toml") or path.exists():
+    if form == "file":
         if not path.is_file():
-            raise SimschedError(f"machine file not found: {text}")
-        raw = path.read_bytes()
+            # A relative path is read from the working folder, which is not always the config's.
+            relative = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
+            raise SimschedError(f"machine file not found: {text}{relative}")
+        from .filesize import MACHINE_FILE_BYTES, read_limited
+
+        raw = read_limited(path, "machine file", MACHINE_FILE_BYTES)
         source = str(path)
     else:
         resource = _machine_files().joinpath(f"{text}.toml")

@@ -8,7 +8,9 @@ interrupted sweep leaves no worker behind.
 
 from __future__ import annotations
 
+import os
 import signal
+import socket
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
@@ -16,14 +18,65 @@ from .errors import SimschedError
 
 Task = Callable[[Any], dict[str, Any]]
 
+# Each point keeps one CPU busy, so processes beyond a few per CPU only compete for them
+# (and a mistyped --jobs would fork without end).
+JOBS_PER_CPU = 4
+# How long a Dask scheduler's address may take to accept a connection before it is refused.
+CONNECT_TIMEOUT_S = 5.0
+
 
 def open_pool(jobs: int = 1, dask: str | None = None) -> "SerialPool | ProcessPool | DaskPool":
     """The pool a sweep runs on: Dask when ``dask`` names a cluster, else ``jobs`` local processes."""
     if dask is not None:
         return DaskPool(dask)
+    check_jobs(jobs)
+    return SerialPool() if jobs == 1 else ProcessPool(jobs)
+
+
+def check_pool(jobs: int, dask: str | None = None) -> None:
+    """Refuse a pool that cannot open (too many jobs, an unreachable Dask scheduler) before a sweep starts."""
+    if dask is None:
+        check_jobs(jobs)
+    else:
+        _check_dask_address(dask)
+
+
+def check_jobs(jobs: int) -> None:
+    """Refuse a number of local worker processes below one or above ``JOBS_PER_CPU`` per CPU."""
     if jobs < 1:
         raise SimschedError(f"--jobs must be >= 1, got {jobs}")
-    return SerialPool() if jobs == 1 else ProcessPool(jobs)
+    cpus = os.cpu_count() or 1
+    if jobs > JOBS_PER_CPU * cpus:
+        raise SimschedError(f"--jobs {jobs} is more than {JOBS_PER_CPU} per CPU of this machine "
+                            f"({JOBS_PER_CPU * cpus} for {cpus} CPUs): each point keeps one CPU busy")
+
+
+def _check_dask_address(address: str) -> None:
+    """Refuse a --dask that is neither local:N nor a scheduler address, or a scheduler that does not answer.
+
+    The connection is tried here, without Dask, so that an unreachable scheduler is refused at
+    once rather than after Dask's own connection timeout.
+    """
+    if address.startswith("local:"):
+        count = address.partition(":")[2]
+        if not count.isdigit() or int(count) < 1:
+            raise SimschedError(f"--dask local:N needs a number of workers >= 1, got {address!r}")
+        return
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        raise SimschedError(f"--dask takes a scheduler address (tcp://HOST:PORT) or local:N, got {address!r}")
+    if scheme not in ("tcp", "tls", "ws", "wss"):
+        return  # another of Dask's transports: Dask itself connects
+    host, colon, port = rest.rstrip("/").rpartition(":")
+    if not colon or (":" in host and not host.startswith("[")):
+        return  # no port (Dask's default), or an IPv6 address without brackets: Dask itself connects
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise SimschedError(f"--dask: {address} has no valid port (1 to 65535 after the last ':')")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise SimschedError(f"--dask: cannot reach a Dask scheduler at {address}: {reason}") from None
 
 
 class SerialPool:
@@ -37,10 +90,42 @@ class SerialPool:
         pass
 
 
-def _ignore_signals() -> None:
-    """In a worker process: leave SIGINT to the sweep's own process, and die at once on SIGTERM."""
+def _worker_start(parent: int) -> None:
+    """In a worker process: leave SIGINT to the sweep's own process, die at once on SIGTERM, and die with
+    the sweep's process however it ends (even by SIGKILL), so that no worker outlives it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if not _die_with_parent():
+        import threading
+
+        threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    if os.getppid() != parent:  # the sweep died before the worker could ask to die with it
+        os._exit(1)
+
+
+def _die_with_parent() -> bool:
+    """Have the kernel SIGKILL this process when the thread that started it ends (Linux); False elsewhere.
+
+    A sweep starts its workers from the thread that runs it, which lives until the pool is closed.
+    """
+    import ctypes
+    import ctypes.util
+
+    PR_SET_PDEATHSIG = 1
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_parent(parent: int) -> None:
+    """End this worker once its parent is gone (where the kernel cannot be asked to)."""
+    import time
+
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(1)
 
 
 class ProcessPool:
@@ -49,7 +134,8 @@ class ProcessPool:
     def __init__(self, jobs: int):
         from concurrent.futures import ProcessPoolExecutor
 
-        self.executor = ProcessPoolExecutor(max_workers=jobs, initializer=_ignore_signals)
+        self.executor = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_start,
+                                            initargs=(os.getpid(),))
 
     def run(self, task: Task, items: Sequence[Any]) -> Iterator[tuple[int, dict[str, Any] | None]]:
         from concurrent.futures import as_completed
@@ -106,10 +192,9 @@ class DaskPool:
         except ImportError:
             raise SimschedError("--dask needs dask.distributed: pip install 'simsched[dask]'") from None
         self.cluster = None
+        _check_dask_address(address)
         if address.startswith("local:"):
             count = address.partition(":")[2]
-            if not count.isdigit() or int(count) < 1:
-                raise SimschedError(f"--dask local:N needs a number of workers >= 1, got {address!r}")
             # Only critical logs: a worker of this cluster that loses its heartbeat while the cluster
             # shuts down logs an error with a traceback, though nothing failed; a point that fails
             # is reported from its future.
@@ -117,13 +202,11 @@ class DaskPool:
                 self.cluster = LocalCluster(n_workers=int(count), threads_per_worker=1, processes=True,
                                             dashboard_address=None, silence_logs=logging.CRITICAL)
             self.client = Client(self.cluster)
-        elif "://" in address:
+        else:
             try:
                 self.client = Client(address, timeout="10s")
             except (OSError, TimeoutError) as exc:
                 raise SimschedError(f"--dask: cannot reach a Dask scheduler at {address}: {exc}") from None
-        else:
-            raise SimschedError(f"--dask takes a scheduler address (tcp://HOST:PORT) or local:N, got {address!r}")
         self.futures: list = []
 
     def run(self, task: Task, items: Sequence[Any]) -> Iterator[tuple[int, dict[str, Any] | None]]:

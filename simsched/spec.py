@@ -9,6 +9,12 @@ from typing import Any, Callable
 from .errors import SimschedError
 
 
+# The largest magnitude of an integer parameter: every count and size a component takes stays far below
+# it, and within it sums and products of a few such values still fit the 64-bit integers of arrays and
+# compiled code.
+MAX_INT = 2**53
+
+
 @dataclass(frozen=True)
 class Param:
     """One user-settable parameter of a component: its type, default and allowed range."""
@@ -47,6 +53,9 @@ class Param:
             raise SimschedError(f"{owner}: parameter {self.name}={raw!r} is not {kind}") from None
         if self.kind is float and not math.isfinite(value):
             raise SimschedError(f"{owner}: parameter {self.name}={raw!r} must be finite")
+        if self.kind is int and not -MAX_INT <= value <= MAX_INT:
+            raise SimschedError(f"{owner}: parameter {self.name}={value} is out of range: an integer "
+                                f"parameter is at most 2**53 = {MAX_INT} in size")
         if self.choices is not None and value not in self.choices:
             raise SimschedError(
                 f"{owner}: parameter {self.name}={value!r} must be one of {', '.join(self.choices)}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pandas as pd
@@ -76,14 +77,20 @@ def microseconds(ns) -> np.ndarray:
 
 def trace_events(result: Result, kind: str = "simulated") -> list[dict]:
     """The run's trace events: one track per worker (tid = worker), a loops track, a busy-workers counter."""
+    return list(iter_trace_events(result, kind))
+
+
+def iter_trace_events(result: Result, kind: str = "simulated") -> Iterator[dict]:
+    """The events of ``trace_events`` one at a time, so that a trace is written without a list of them all."""
     pid, threads = PID[kind], result.threads
     label = f"{kind}: {result.scheduler} on {result.machine}, {threads} thread(s), {result.workload}"
-    events = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "ts": 0, "args": {"name": label}},
-              {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "ts": 0, "args": {"sort_index": pid}}]
+    yield {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "ts": 0, "args": {"name": label}}
+    yield {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "ts": 0,
+           "args": {"sort_index": pid}}
     for tid, name in [*((w, f"worker {w}") for w in range(threads)), (threads, "loops")]:
-        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "ts": 0, "args": {"name": name}})
-        events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "ts": 0,
-                       "args": {"sort_index": tid}})
+        yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "ts": 0, "args": {"name": name}}
+        yield {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "ts": 0,
+               "args": {"sort_index": tid}}
     slices = worker_slices(result)
     start, end = np.rint(slices["start"].to_numpy()), np.rint(slices["end"].to_numpy())
     # Rounding to whole ns leaves some sub-ns segments empty; a chunk stays, empty or not.
@@ -96,27 +103,27 @@ def trace_events(result: Result, kind: str = "simulated") -> list[dict]:
         if row.state == "compute":
             event["args"] = {"loop": int(row.loop), "lo": int(row.lo), "hi": int(row.hi),
                              "iterations": int(row.hi - row.lo)}
-        events.append(event)
+        yield event
     bounds = np.concatenate(([0.0], np.cumsum(result.loop_ns)))
     for k, (t, d) in enumerate(zip(microseconds(bounds[:-1]).tolist(),
                                    microseconds(np.rint(bounds[1:]) - np.rint(bounds[:-1])).tolist())):
-        events.append({"ph": "X", "name": f"loop {k}", "cat": "loop", "pid": pid, "tid": threads, "ts": t,
-                       "dur": d, "args": {"loop": k}})
-        events.append({"ph": "i", "name": f"loop {k} ends", "cat": "loop", "s": "p", "pid": pid, "tid": threads,
-                       "ts": t + d})
-    events.extend(_busy_counter(slices[slices["state"] == "compute"], pid))
-    return events
+        yield {"ph": "X", "name": f"loop {k}", "cat": "loop", "pid": pid, "tid": threads, "ts": t, "dur": d,
+               "args": {"loop": k}}
+        yield {"ph": "i", "name": f"loop {k} ends", "cat": "loop", "s": "p", "pid": pid, "tid": threads,
+               "ts": t + d}
+    yield from _busy_counter(slices[slices["state"] == "compute"], pid)
 
 
-def _busy_counter(compute: pd.DataFrame, pid: int) -> list[dict]:
+def _busy_counter(compute: pd.DataFrame, pid: int) -> Iterator[dict]:
     """A counter of the workers computing at each moment, one sample wherever a chunk starts or ends."""
     times = np.rint(np.concatenate((compute["start"].to_numpy(), compute["end"].to_numpy())))
     steps = np.concatenate((np.ones(len(compute), np.int64), -np.ones(len(compute), np.int64)))
     order = np.lexsort((steps, times))   # at one instant, ends before starts
     times, level = times[order], np.cumsum(steps[order])
     last = np.append(times[1:] != times[:-1], True)   # the level after everything at that instant
-    return [{"ph": "C", "name": "computing workers", "pid": pid, "tid": 0, "ts": t, "args": {"workers": int(n)}}
-            for t, n in zip(microseconds(times[last]).tolist(), level[last].tolist())]
+    for t, n in zip(microseconds(times[last]).tolist(), level[last].tolist()):
+        yield {"ph": "C", "name": "computing workers", "pid": pid, "tid": 0, "ts": t,
+               "args": {"workers": int(n)}}
 
 
 def describe(result: Result, kind: str) -> dict:
@@ -131,10 +138,17 @@ def write_trace(path: str | Path, result: Result, kind: str = "simulated") -> Pa
     """Write ``result`` as a Trace Event Format JSON file that ui.perfetto.dev and chrome://tracing open."""
     from .output import write_whole
 
-    document = {"traceEvents": trace_events(result, kind), "displayTimeUnit": "ns",
-                "otherData": {"simsched": [describe(result, kind)]}}
-    return write_whole(path, lambda partial: partial.write_text(json.dumps(document), encoding="utf-8"),
-                       "--trace")
+    other = json.dumps({"simsched": [describe(result, kind)]})
+
+    def write(target: Path) -> None:
+        # Event by event, as json.dumps writes the whole document: no list of a long run's events is held.
+        with open(target, "w", encoding="utf-8") as out:
+            out.write('{"traceEvents": [')
+            for i, event in enumerate(iter_trace_events(result, kind)):
+                out.write(", " + json.dumps(event) if i else json.dumps(event))
+            out.write(f'], "displayTimeUnit": "ns", "otherData": {other}}}')
+
+    return write_whole(path, write, "--trace")
 
 
 def read_trace(path: str | Path) -> list[dict]:

@@ -59,7 +59,7 @@ def test_advice_json_adds_up():
 
 
 def test_each_loop_is_simulated_alone_in_a_fresh_run():
-    advice = advise(HASWELL, PROGRAM, 4, ["omp-dynamic:chunk=1"], seed=2)
+    advice = advise(HASWELL, PROGRAM, 4, ["omp-dynamic:chunk=1"], seed=2, seeds=1)
     alone = simulate(HASWELL, "omp-dynamic:chunk=1", "linear:n=40,first_ns=0,last_ns=1000000", 4, seed=2)
     assert advice.loops[1].times_ns["omp-dynamic:chunk=1"] == alone.makespan_ns
 

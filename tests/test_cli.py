@@ -26,6 +26,7 @@ RESULT_KEYS = ["machine", "scheduler", "threads", "makespan_ns", "sequential_ns"
 FIT_KEYS = ["machine", "scheduler", "threads", "d_us", "d_ci_us", "t05_us", "t50_us", "t95_us"]
 PUBLISHED = {"omp-static": 1.2, "fg-tree": 0.4}
 DURATIONS_US = [1.0, 10.0, 100.0, 1000.0]
+BEYOND_US = [1e13, 1e14, 1e15, 1e16]   # loops whose costs add up to more than 2**53 ns: they fail as they run
 
 EXPERIMENT = """\
 [experiment]
@@ -191,11 +192,14 @@ def test_a_machine_without_coherence_or_os_gets_the_listed_defaults(tmp_path):
 
 # -- simsched sweep and fit -------------------------------------------------------------------------------
 
-def sweep_cli(tmp_path_factory, name, threads, *options, status=0):
-    """Run ``simsched sweep`` on the test grid with ``threads``: (process, output folder)."""
+def sweep_cli(tmp_path_factory, name, threads, *options, status=0, durations=None):
+    """Run ``simsched sweep`` on the test grid with ``threads`` (and ``durations``): (process, output folder)."""
     folder = tmp_path_factory.mktemp(name)
     config = folder / "experiment.toml"
-    config.write_text(EXPERIMENT.replace("THREADS", threads), encoding="utf-8")
+    text = EXPERIMENT.replace("THREADS", threads)
+    if durations is not None:
+        text = text.replace("{ logspace = [1, 1000], num = 4 }", durations)
+    config.write_text(text, encoding="utf-8")
     out = folder / "out"
     return simsched_cli("sweep", config, "--out", out, "--quiet", *options, cwd=folder, status=status), out
 
@@ -208,8 +212,9 @@ def sweep(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def failing_sweep(tmp_path_factory):
-    """The same grid with threads = [8, 64] on a 28-core machine, written as Parquet: it exits 1."""
-    return sweep_cli(tmp_path_factory, "failing-sweep", "[8, 64]", "--jobs", "1", "--format", "parquet", status=1)
+    """The grid with 8 durations, half of them beyond the 2**53 ns a run may add up to, as Parquet: it exits 1."""
+    return sweep_cli(tmp_path_factory, "failing-sweep", "8", "--jobs", "1", "--format", "parquet", status=1,
+                     durations=f"{DURATIONS_US + BEYOND_US}")
 
 
 def total_us(workload: str) -> float:
@@ -258,10 +263,11 @@ def test_a_failing_point_is_a_row_not_the_end(failing_sweep):
     frame = pd.read_parquet(out / "results.parquet")
     assert len(frame) == 16
     assert {"error", "wall_s"} <= set(frame.columns)
-    bad = frame[frame["threads"] == 64]
-    good = frame[frame["threads"] == 8]
+    beyond = frame["workload"].map(total_us) >= min(BEYOND_US)
+    bad = frame[beyond]
+    good = frame[~beyond]
     assert len(bad) == len(good) == 8
-    assert bad["error"].map(lambda e: isinstance(e, str) and "64" in e and "28" in e).all(), bad["error"].tolist()
+    assert bad["error"].map(lambda e: isinstance(e, str) and "2**53" in e).all(), bad["error"].tolist()
     assert good["error"].eq("").all()
     assert good["makespan_ns"].map(math.isfinite).all()
     assert bad["wall_s"].notna().all()

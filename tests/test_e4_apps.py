@@ -176,5 +176,6 @@ def test_rank_per_application_with_matrix_row_variance(tmp_path):
     assert sorted(r["rank"] for r in rows if r["workload"] == "lavamd:boxes=27") == [1, 2, 3]
     text = subprocess.run([*cli, "rank", out], capture_output=True, text=True, timeout=300).stdout
     banded = row_statistics(read_matrix("banded"))
-    assert f"spmv:matrix=banded,iters=1, 4 threads (nonzeros per row: variance {banded['var']:.1f}, CV 0.00)" in text
-    assert "lavamd:boxes=27, 4 threads\n" in text and "ich: rank" in text
+    assert (f"spmv:matrix=banded,iters=1, 4 threads on haswell-e5-2695v3 (nonzeros per row: variance "
+            f"{banded['var']:.1f}, CV 0.00)") in text
+    assert "lavamd:boxes=27, 4 threads on haswell-e5-2695v3\n" in text and "ich: rank" in text

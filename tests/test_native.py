@@ -108,8 +108,6 @@ def test_a_simulation_beside_a_native_run_never_sleeps():
 
 @needs_native
 def test_the_validations_simulate_the_schedulers_as_run_natively(monkeypatch):
-    import sys as system
-
     from simsched.engine import simulate
     from simsched.native import overhead, validate
 
@@ -126,7 +124,7 @@ def test_the_validations_simulate_the_schedulers_as_run_natively(monkeypatch):
     overhead.overhead(machine, 1, iters_per_thread=4, outer=2, test_time_us=10, schedulers=["tbb-simple"],
                       openmp=False)
     assert {s.name for s in seen} == {"hybrid", "tbb-simple"}
-    assert all(s.params["sleep_after"] == system.maxsize for s in seen)
+    assert all(s.params["sleep_after"] == native.NEVER_SLEEPS["sleep_after"] for s in seen)
 
 
 @needs_native
@@ -174,7 +172,13 @@ def test_native_run_json_reports_median_and_spread(capsys):
 @needs_native
 def test_calibrate_writes_a_loadable_machine_with_plausible_values(tmp_path, capsys):
     out = tmp_path / "host.toml"
-    assert main(["native", "calibrate", "--out", str(out), "--rounds", "2000"]) == 0
+    code = main(["native", "calibrate", "--out", str(out), "--rounds", "2000"])
+    err = capsys.readouterr().err
+    if code == 2 and ("too busy to calibrate" in err or "figures are doubtful" in err):
+        # Plausible figures need a quiet host; test_native_trust.py checks the refusal and the robust figures.
+        assert not out.exists()
+        pytest.skip(f"this host was too busy to calibrate: {err.strip().splitlines()[-1]}")
+    assert code == 0, err
     machine = load_machine(out)
     text = out.read_text()
     assert "simsched native calibrate" in text and "Measured by" in text
@@ -268,7 +272,7 @@ def test_replay_refuses_a_table_that_does_not_fit_the_workload(tmp_path):
 @needs_native
 def test_validate_reports_native_and_simulated_burden(tmp_path, capsys):
     machine = tmp_path / "host.toml"
-    assert main(["native", "calibrate", "--out", str(machine), "--rounds", "1000"]) == 0
+    assert main(["native", "calibrate", "--out", str(machine), "--rounds", "1000", "--force"]) == 0
     capsys.readouterr()
     assert main(["native", "validate", "--machine", str(machine), "--points", "3", "--repeat", "3",
                  "--json"]) == 0
@@ -401,7 +405,7 @@ def test_native_run_refuses_what_is_not_one_flat_loop(workload, message, tmp_pat
 @needs_native
 def test_calibrate_and_validate_share_a_default_that_works_outside_a_checkout(tmp_path):
     # tmp_path has no machines/ folder: calibrate writes host.toml there and says where.
-    proc = _native_cli("calibrate", "--threads", 1, "--rounds", 100, cwd=tmp_path)
+    proc = _native_cli("calibrate", "--threads", 1, "--rounds", 100, "--force", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     written = tmp_path / "host.toml"
     assert proc.stdout.strip() == str(written.resolve()) and load_machine(written).cores == 1
@@ -483,7 +487,7 @@ def test_calibrate_writes_a_loadable_hierarchy_with_increasing_sizes(tmp_path):
     from simsched.native.memprobe import caches
 
     out = tmp_path / "host.toml"
-    proc = _native_cli("calibrate", "--threads", 1, "--rounds", 100, "--out", out)
+    proc = _native_cli("calibrate", "--threads", 1, "--rounds", 100, "--out", out, "--force")
     assert proc.returncode == 0, proc.stderr
     hierarchy = load_machine(out).hierarchy
     assert hierarchy is not None
@@ -577,7 +581,8 @@ def test_validate_locality_prints_its_table(tmp_path):
     if len(caches()) < 2:
         pytest.skip("sysfs lists fewer than two cache levels here")
     machine = tmp_path / "host.toml"
-    assert _native_cli("calibrate", "--threads", THREADS, "--rounds", 100, "--out", machine).returncode == 0
+    assert _native_cli("calibrate", "--threads", THREADS, "--rounds", 100, "--out", machine,
+                       "--force").returncode == 0
     # A small last level keeps the working sets (8x it at most) small, so the check takes seconds.
     text = machine.read_text()
     last = re.findall(r"^size_kib = (\d+)", text, flags=re.M)

@@ -1,8 +1,11 @@
-"""Execute every notebook under notebooks/ and check what the analysis notebooks compute."""
+"""Execute every notebook under notebooks/ from a copy outside the source tree; check what analyses compute."""
 
 from __future__ import annotations
 
+import ast
 import os
+import re
+import shutil
 import sys
 import tempfile
 import tomllib
@@ -56,17 +59,36 @@ def python3_kernel():
         yield "python3"
 
 
+@pytest.fixture(scope="session")
+def outside():
+    """A folder outside the source tree, where each notebook runs from a copy as a user's copy would."""
+    with tempfile.TemporaryDirectory(prefix="simsched-notebooks-") as tmp:
+        folder = Path(tmp).resolve()
+        assert not folder.is_relative_to(ROOT), f"{folder} is inside the source tree"
+        yield folder
+
+
 _executed: dict[Path, object] = {}
 
 
-def execute(path: Path, kernel: str):
-    """Run a notebook top to bottom in a fresh kernel from the repository root (once per session)."""
+def execute(path: Path, kernel: str, outside: Path):
+    """Run a copy of a notebook top to bottom in a fresh kernel, in a folder of its own outside the source tree.
+
+    Once per session; the kernel's working directory is that folder, so the notebook finds
+    nothing of the source tree there and must take machines and workloads from the installed package.
+    """
     if path not in _executed:
-        nb = nbformat.read(path, as_version=4)
+        folder = outside / path.stem
+        folder.mkdir()
+        copy = folder / path.name
+        shutil.copyfile(path, copy)
+        nb = nbformat.read(copy, as_version=4)
         client = nbclient.NotebookClient(nb, timeout=600, kernel_name=kernel,
-                                         resources={"metadata": {"path": str(ROOT)}})
+                                         resources={"metadata": {"path": str(folder)}})
         client.execute()  # raises CellExecutionError if any cell raises
         _executed[path] = nb
+        # Nothing is written beside the notebook (no results folder, no figure files).
+        assert sorted(p.name for p in folder.iterdir()) == [path.name]
     return _executed[path]
 
 
@@ -98,8 +120,8 @@ def test_there_are_notebooks():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs(path, python3_kernel):
-    nb = execute(path, python3_kernel)
+def test_notebook_runs_outside_the_source_tree(path, python3_kernel, outside):
+    nb = execute(path, python3_kernel, outside)
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
@@ -118,14 +140,65 @@ def test_notebook_is_committed_without_outputs(path):
             assert cell.get("execution_count") is None, f"{path.name}: committed with execution counts"
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_says_how_to_run_it(path):
+    """The first markdown cell names the command and the packages that provide it and the kernel."""
+    nb = nbformat.read(path, as_version=4)
+    first = next(cell.source for cell in nb.cells if cell.cell_type == "markdown")
+    assert f"jupyter execute {path.name}" in first
+    assert "`nbclient`" in first and "ipykernel" in first
+
+
+# The experiment configs a notebook writes out (so that it runs without the source tree), by variable name.
+WRITTEN_OUT = {"E1_CONFIG": "e1-burden-xeon-e7.toml", "WHATIF_SCALE": "whatif-scale.toml",
+               "WHATIF_NOISE": "whatif-noise.toml"}
+
+
+def written_out_configs(path: Path) -> dict[str, str]:
+    """The string constants assigned at the top level of a notebook's code cells, by name."""
+    found = {}
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        # IPython magics are not Python: blank them out before parsing.
+        source = "\n".join("" if line.startswith("%") else line for line in cell.source.splitlines())
+        for node in ast.parse(source).body:
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                    and node.targets[0].id in WRITTEN_OUT and isinstance(node.value, ast.Constant)):
+                found[node.targets[0].id] = node.value.value
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_written_out_experiments_are_the_source_trees(path):
+    """A notebook's copy of an experiment config reads as the file under experiments/ does."""
+    for name, text in written_out_configs(path).items():
+        source = ROOT / "experiments" / WRITTEN_OUT[name]
+        assert tomllib.loads(text) == tomllib.loads(source.read_text("utf-8")), (
+            f"{path.name}: {name} differs from experiments/{source.name}")
+
+
 WHAT_IF = ROOT / "notebooks" / "burden-what-if.ipynb"
+COUNTS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
+          "ten": 10}
 
 
 @pytest.mark.skipif(not WHAT_IF.is_file(), reason="burden-what-if notebook not present")
-def test_burden_what_if_tables(python3_kernel):
+def test_burden_what_if_text_counts_the_schedulers_it_runs():
+    """Where the text says how many schedulers the notebook runs, it is E1's number."""
+    schedulers = tomllib.loads(E1_CONFIG.read_text(encoding="utf-8"))["grid"]["scheduler"]
+    text = " ".join(c.source for c in nbformat.read(WHAT_IF, as_version=4).cells if c.cell_type == "markdown")
+    for count in re.findall(r"\b(\w+) (?:schedulers|algorithms)\b", text.lower()):
+        number = int(count) if count.isdigit() else COUNTS.get(count)
+        assert number in (None, len(schedulers)), f"the text says {count} schedulers; E1 runs {len(schedulers)}"
+
+
+@pytest.mark.skipif(not WHAT_IF.is_file(), reason="burden-what-if notebook not present")
+def test_burden_what_if_tables(python3_kernel, outside):
     """Each fitted-d table names every E1 scheduler with a finite, positive d; the plots were drawn."""
     schedulers = tomllib.loads(E1_CONFIG.read_text(encoding="utf-8"))["grid"]["scheduler"]
-    nb = execute(WHAT_IF, python3_kernel)
+    nb = execute(WHAT_IF, python3_kernel, outside)
     for tag in ("d-table-base", "d-table-half", "d-table-big", "d-table-all"):
         text = cell_text(nb, tag)
         assert text.strip(), f"cell {tag} printed nothing"
@@ -150,11 +223,11 @@ SCALING = ROOT / "notebooks" / "scaling-and-noise.ipynb"
 
 
 @pytest.mark.skipif(not SCALING.is_file(), reason="scaling-and-noise notebook not present")
-def test_scaling_and_noise_tables(python3_kernel):
+def test_scaling_and_noise_tables(python3_kernel, outside):
     """The reduced what-if runs give a finite d per scheduler and thread count, and an inflation per noise level."""
     schedulers = tomllib.loads((ROOT / "experiments" / "whatif-scale.toml").read_text(encoding="utf-8"))["grid"][
         "scheduler"]
-    nb = execute(SCALING, python3_kernel)
+    nb = execute(SCALING, python3_kernel, outside)
     assert "built in" in cell_text(nb, "machine") and "16 socket(s) x 64 cores" in cell_text(nb, "machine")
     rows = table_rows(cell_text(nb, "d-table"), schedulers)
     for sched in schedulers:

@@ -91,7 +91,7 @@ def test_validate_runs_the_openmp_reference_from_an_install(installed, tmp_path)
     probe = subprocess.run([sys.executable, "-c", "import simsched; print(simsched.__file__)"], capture_output=True,
                            text=True, cwd=tmp_path, env=env)
     assert Path(probe.stdout.strip()).is_relative_to(target)
-    cli("native", "calibrate", "--out", "m.toml", "--threads", "1", "--rounds", "100")
+    cli("native", "calibrate", "--out", "m.toml", "--threads", "1", "--rounds", "100", "--force")
     records = json.loads(cli("native", "validate", "--machine", "m.toml", "--threads", "1", "--points", "2",
                              "--repeat", "1", "--json").stdout)
     reference = [r for r in records if r["scheduler"] == "host-openmp-static"]

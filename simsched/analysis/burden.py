@@ -55,11 +55,14 @@ def speedup_curves(results: pd.DataFrame) -> dict[tuple, pd.Series]:
     return _curves(_successful_durations(results))
 
 
-def burden_table(results: pd.DataFrame, published: dict[str, float] | None = None) -> pd.DataFrame:
+def burden_table(results: pd.DataFrame, published: dict[str, float] | None = None,
+                 published_machine: str | None = None) -> pd.DataFrame:
     """Fit d for every (machine, scheduler, threads) group of successful runs; add published d where known.
 
     The runs must be one loop shape at several durations (see :mod:`.shape`). Besides the
     published one-parameter d (P fixed), ``d2_us`` and ``s_max`` fit d with the plateau free.
+    ``published`` d are compared with the runs of ``published_machine`` only (of every machine
+    when it is None); other machines' ``published_d_us`` and ``d_vs_published`` are NaN.
     """
     missing = [c for c in KEYS + ["sequential_ns", "speedup"] if c not in results.columns]
     if missing:
@@ -80,7 +83,8 @@ def burden_table(results: pd.DataFrame, published: dict[str, float] | None = Non
         free = fit_saturating(curve.index.to_numpy(), curve.to_numpy())
         row.update(d2_us=free.d_us, d2_ci_us=free.d_ci_us, s_max=free.s_max, s_max_ci=free.s_max_ci)
         if published is not None:
-            row["published_d_us"] = published.get(scheduler, np.nan)
+            measured = published_machine is None or str(machine) == published_machine
+            row["published_d_us"] = published.get(scheduler, np.nan) if measured else np.nan
             row["d_vs_published"] = row["d_us"] / row["published_d_us"] - 1.0
         rows.append(row)
     if not rows:
@@ -88,22 +92,30 @@ def burden_table(results: pd.DataFrame, published: dict[str, float] | None = Non
     return pd.DataFrame(rows)
 
 
-def format_burden_table(table: pd.DataFrame) -> str:
-    """A fixed-width text rendering of a burden table."""
+def format_burden_table(table: pd.DataFrame, published_machine: str | None = None) -> str:
+    """A fixed-width text rendering of a burden table, its name columns as wide as their longest name.
+
+    With ``published_machine``, the published and error cells of other machines' rows are blank;
+    "-" marks a scheduler of that machine that the publication gives no d for.
+    """
     has_pub = "published_d_us" in table.columns
-    head = f"{'machine':<18} {'scheduler':<22} {'P':>3} {'d (us)':>9} {'95% CI':>8} " \
+    # At least the widths the usual names fit, wider for longer ones (a scaled machine, one with overrides),
+    # so every column stays aligned.
+    machine_w = max([18, *(len(str(m)) for m in table["machine"])])
+    scheduler_w = max([22, *(len(str(s)) for s in table["scheduler"])])
+    head = f"{'machine':<{machine_w}} {'scheduler':<{scheduler_w}} {'P':>3} {'d (us)':>9} {'95% CI':>8} " \
            f"{'t05 (us)':>9} {'t50 (us)':>9} {'t95 (us)':>9} {'peak':>6} {'d2 (us)':>9} {'S_max':>6}"
     if has_pub:
         head += f" {'published':>9} {'error':>7}"
     lines = [head, "-" * len(head)]
     for row in table.itertuples(index=False):
-        line = (f"{row.machine:<18} {row.scheduler:<22} {row.threads:>3} {row.d_us:>9.2f} "
-                f"{row.d_ci_us:>8.2f} {row.t05_us:>9.2f} {row.t50_us:>9.1f} {row.t95_us:>9.0f} "
-                f"{row.peak_speedup:>6.1f} {row.d2_us:>9.2f} {row.s_max:>6.1f}")
+        line = (f"{row.machine!s:<{machine_w}} {row.scheduler!s:<{scheduler_w}} {row.threads:>3} "
+                f"{row.d_us:>9.2f} {row.d_ci_us:>8.2f} {row.t05_us:>9.2f} {row.t50_us:>9.1f} "
+                f"{row.t95_us:>9.0f} {row.peak_speedup:>6.1f} {row.d2_us:>9.2f} {row.s_max:>6.1f}")
         if has_pub:
             if np.isfinite(row.published_d_us):
                 line += f" {row.published_d_us:>9.2f} {100 * row.d_vs_published:>+6.0f}%"
-            else:
+            elif published_machine is None or str(row.machine) == published_machine:
                 line += f" {'-':>9} {'-':>7}"
         lines.append(line)
     return "\n".join(lines)

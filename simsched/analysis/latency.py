@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SimschedError
+from ..filesize import MACHINE_FILE_BYTES, read_limited
 
 
 def read_latency_csv(path: str | Path) -> np.ndarray:
@@ -19,8 +20,9 @@ def read_latency_csv(path: str | Path) -> np.ndarray:
     path = Path(path)
     if not path.is_file():
         raise SimschedError(f"latency file not found: {path}")
+    text = read_limited(path, "latency file", MACHINE_FILE_BYTES)  # the same matrix a machine file may hold
     try:
-        lines = [line.rstrip("\r\n") for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        lines = [line.rstrip("\r\n") for line in text.decode("utf-8").splitlines() if line.strip()]
     except UnicodeDecodeError:
         raise SimschedError(f"{path}: not a text CSV file") from None
     n = len(lines)

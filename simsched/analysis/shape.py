@@ -53,3 +53,16 @@ def check_duration_axis(workloads: Iterable[str], durations_us: Iterable[float])
         which = f"vary {workload.name}'s {known}" if known else f"{workload.name} has no duration parameter"
         raise SimschedError(f"the results have no loop-duration axis: every run has the same loop duration "
                             f"({which})")
+
+
+def has_duration_axis(workloads: Iterable[str], durations_us: Iterable[float]) -> bool:
+    """Whether results are one loop shape at two or more loop durations, as a burden fit needs."""
+    from ..spec import parse_spec
+
+    workloads = list(dict.fromkeys(workloads))
+    if len({round(float(t), 9) for t in durations_us}) < 2:
+        return False
+    # Names first: they differ without building any workload (an application's graph, a trace's file).
+    if len({parse_spec(spec, "workload")[0] for spec in workloads}) > 1:
+        return False
+    return len({loop_shape(spec) for spec in workloads}) == 1

@@ -9,7 +9,6 @@ before and every native entry point says, in one line, that native mode is not b
 from __future__ import annotations
 
 import os
-import sys
 import warnings
 from functools import lru_cache
 
@@ -19,6 +18,7 @@ import pandas as pd
 from .. import affinity
 from ..engine import STATES, verify_exactly_once
 from ..schedulers.base import default_grain
+from ..spec import MAX_INT
 from ..errors import ExecutionError, SimschedError
 from ..locality import ELEMENT_BYTES, Footprint
 from ..result import CHUNK_COLUMNS, SEGMENT_COLUMNS, Result
@@ -58,7 +58,7 @@ NATIVE = {
 }
 # The native runtime's idle workers spin until work or the next loop comes; none ever sleeps. A simulation
 # set beside a native run gives a scheduler that can sleep a count of failed steals that no run reaches.
-NEVER_SLEEPS = {"sleep_after": sys.maxsize}
+NEVER_SLEEPS = {"sleep_after": MAX_INT}
 DEFAULT_TIMEOUT_S = 60.0
 MAX_REPEAT = 1_000_000
 INT32 = 2**31 - 1
@@ -142,6 +142,62 @@ def as_run_natively(scheduler):
 
 
 MAX_ARRAYS_BYTES = 2**31
+# What a native run holds for each iteration (its costs as drawn, their prefix sums and their differences,
+# at once) and for each chunk it records (the runtime's record, its copy for Python and the chunk table built
+# from it): peaks measured on runs of 10^6 to 10^7 iterations and chunks (25 and 190 bytes), rounded up.
+ITERATION_BYTES = 32
+CHUNK_BYTES = 200
+
+
+# The shares whose chunks are at most ``chunk`` iterations, at least where there are more left.
+SPLIT_TO_CHUNK = ("dynamic", "stealing", "static_steal", "hybrid", "tbb_simple", "tbb_auto", "tbb_affinity")
+
+
+def expected_chunks(share: str, chunk: int, sizes, loops: int, threads: int) -> int:
+    """About how many chunks a run of ``loops`` loops records: ``sizes`` are the program's loop sizes, run
+    over and over; ``share`` and ``chunk`` as :func:`native_config` gives them (tables: their own count).
+
+    Exact for the static, dynamic and guided shares; at most so many for the shares that split down
+    to ``chunk`` (stealing, static stealing, hybrid, TBB); for iCh and the factoring shares, whose
+    chunks shrink geometrically, P (log2 n + 2) per loop.
+    """
+    sizes = [int(n) for n in sizes]
+    step = max(int(chunk), 1)
+
+    def per_loop(n: int) -> int:
+        if share == "static":
+            return min(threads, n) if chunk <= 0 else -(-n // step)
+        if share == "guided":
+            count, left = 0, n
+            while left > 0:   # as the runtime sizes them: the rest over P, at least the chunk
+                left -= min(max(-(-left // threads), step), left)
+                count += 1
+            return count
+        if share in SPLIT_TO_CHUNK:
+            return -(-n // step)
+        return min(n, threads * (n.bit_length() + 2))
+
+    per_program = sum(per_loop(n) for n in sizes)
+    return per_program * (loops // len(sizes)) + sum(per_loop(n) for n in sizes[:loops % len(sizes)])
+
+
+def check_memory(need: int, what: str) -> None:
+    """Refuse, in one line, a run that would need more of the memory available here than a simulated run may
+    take (the simulator's budget: ``chunks.MEMORY_SHARE`` of ``chunks.memory_bytes()``)."""
+    from .. import chunks
+
+    free = chunks.memory_bytes()
+    if need > chunks.MEMORY_SHARE * free:
+        raise SimschedError(f"native mode: {what} would need about {need / 2**30:.1f} GiB of memory; "
+                            f"{free / 2**30:.1f} GiB is available here and a run takes at most "
+                            f"{chunks.MEMORY_SHARE:.0%} of it: run fewer iterations or loops, or larger "
+                            "chunks")
+
+
+def _iterations(spec) -> int:
+    """The iterations of a workload's loop, from its ``n`` where it has one (0: known only once drawn)."""
+    n = spec.params.get("n")
+    return n if isinstance(n, int) and 0 < n <= INT32 else 0
 
 
 def _program(spec, seed: int):
@@ -259,6 +315,13 @@ def run(scheduler, workload, threads: int, seed: int = 0, repeat: int = 1,
     if late_us and threads < 2:
         raise SimschedError("a late worker needs at least 2 threads (the master is never late)")
     spec = get_workload(workload)
+    n = _iterations(spec)
+    if n:   # before the costs are drawn: drawing them takes the most
+        share, _, _, _, chunk = native_config(sched, n, threads)
+        chunks = 0 if share in ("table", "static-table") else expected_chunks(share, chunk, [n], repeat,
+                                                                                threads)
+        check_memory(n * ITERATION_BYTES + chunks * CHUNK_BYTES,
+                     f"{repeat} loop(s) of {n} iterations ({chunks} chunk records)")
     costs, footprint, rng = _program(spec, seed)
     memory = kernel(_footprint(spec, footprint, costs.size, array_bytes), rng)
     return execute(sched, spec.spec, threads, costs, [costs.size], repeat, seed=seed, timeout_s=timeout_s,
@@ -298,8 +361,20 @@ def execute(sched, workload: str, threads: int, costs: np.ndarray, sizes, repeat
     elif share in ("table", "static-table"):
         rng = np.random.default_rng(seed) if rng is None else rng
         rows, offsets = chunk_tables(sched, costs, sizes, loops, cpus, rng)
+    if plan is not None:
+        chunks = len(rows) // 24   # (loop, lo, hi) of every chunk of every loop
+    elif share in ("table", "static-table"):
+        bounds = np.frombuffer(offsets, dtype=np.int64)
+        tables = bounds.size - 1
+        per_table = np.diff(bounds) - 1
+        chunks = int(per_table.sum()) * (loops // tables) + int(per_table[:loops % tables].sum())
+    else:
+        chunks = expected_chunks(share, chunk, sizes, loops, threads)
+    # The costs are drawn already; the runtime reads them in place. What is left to take: the chunk records.
+    check_memory(chunks * CHUNK_BYTES, f"{loops} loop(s) of {int(sizes.sum())} iterations in all "
+                                       f"({chunks} chunk records)")
     try:
-        trace = _native.run(np.ascontiguousarray(costs, dtype=np.float64).tobytes(), loops, list(cpus), share,
+        trace = _native.run(np.ascontiguousarray(costs, dtype=np.float64), loops, list(cpus), share,
                             barrier, fork_full, join_full, chunk, float(_check_timeout(timeout_s)), rows, offsets,
                             float(sched.params.get("eps", 0.33)), bool(timeline), *memory, sizes.tobytes(),
                             tuple(csr), int(late[0]), float(late[1]))
@@ -473,6 +548,8 @@ def replay(chunks: pd.DataFrame, workload, seed: int = 0, threads: int | None = 
         raise SimschedError("the chunk table is empty")
     timeout_s = _check_timeout(timeout_s)
     spec = get_workload(workload)
+    check_memory(_iterations(spec) * ITERATION_BYTES + len(chunks) * CHUNK_BYTES,
+                 f"a replay of {len(chunks)} chunks of workload {spec.spec}")
     costs, footprint, rng = _program(spec, seed)
     memory = kernel(footprint, rng)
     for column in ("worker", "loop", "lo", "hi"):

@@ -300,6 +300,7 @@ static void run_chunk(run_t *r, worker_state *s, int loop, long lo, long hi)
     CHECK_ABORT(r);   /* also where no wait spins: one thread, empty iterations */
     double start = now_ns(), deadline = start;
     for (long i = lo; i < hi; i++) {
+        if (((i - lo) & 4095) == 4095) CHECK_ABORT(r);   /* a long chunk of iterations with no cost to wait */
         int64_t g = r->base + i;
         double c = r->costs[g];
         if (r->arrays || r->indptr) {
@@ -1142,8 +1143,7 @@ static void *worker_main(void *p)
         if (r->fork_full) full_barrier(r, w, s); else release_half(r, w, s, loop);
         if (w == r->late_worker) {   /* a late arrival: busy elsewhere for late_ns, then joins the loop */
             double until = now_ns() + r->late_ns;
-            while (now_ns() < until)
-                ;
+            while (now_ns() < until) CHECK_ABORT(r);
         }
         double begun = now_ns();
         s->sync += begun - t;
@@ -1165,8 +1165,21 @@ static void *worker_main(void *p)
     return NULL;
 }
 
-/* Start P threads pinned to ``cpus`` and wait for them, at most ``timeout_s``.
- * Returns 0, 1 if the time bound passed (threads torn down), or -1 if threads could not start. */
+/* Whether a signal's Python handler raised (SIGINT's KeyboardInterrupt, or what the command line installs for
+ * SIGTERM), with its exception set. The caller does not hold the GIL: it takes it for the check. Handlers run
+ * only in the main thread; elsewhere this is always 0. */
+static int signal_raised(void)
+{
+    PyGILState_STATE gil = PyGILState_Ensure();
+    int raised = PyErr_CheckSignals() < 0;
+    PyGILState_Release(gil);
+    return raised;
+}
+
+/* Start P threads pinned to ``cpus`` and wait for them, at most ``timeout_s``; a signal whose handler raises
+ * stops them as the time bound does. Called without the GIL. Returns 0, 1 if the time bound passed (threads
+ * torn down), 2 if a signal's handler raised (threads torn down, its exception set), or -1 if threads could
+ * not start. */
 static int run_threads(int threads, const int *cpus, void *(*body)(void *), void *args, size_t arg_size,
                        atomic_int *finished, atomic_int *abort_flag, double timeout_s, int *pinned)
 {
@@ -1190,10 +1203,15 @@ static int run_threads(int threads, const int *cpus, void *(*body)(void *), void
         }
         pthread_attr_destroy(&attr);
         if (rc != 0) { status = -1; atomic_store(abort_flag, 1); break; }
+        char name[16];   /* so that top -H and ps -L show which threads are the runtime's */
+        snprintf(name, sizeof name, "simsched-%d", started);
+        pthread_setname_np(ids[started], name);
     }
     double deadline = now_ns() + timeout_s * 1e9;
     while (status == 0 && atomic_load(finished) < threads) {
         if (now_ns() > deadline) { atomic_store(abort_flag, 1); status = 1; break; }
+        /* Ctrl-C and SIGTERM: the workers see the abort flag between chunks and in every wait. */
+        if (signal_raised()) { atomic_store(abort_flag, 1); status = 2; break; }
         struct timespec nap = {0, 5000000};   /* the watcher wakes rarely: it shares the CPUs */
         nanosleep(&nap, NULL);
     }
@@ -1497,6 +1515,7 @@ static PyObject *native_run(PyObject *self, PyObject *args)
     status = run_threads(threads, cpus, worker_main, wargs, sizeof *wargs, &r.finished, &r.abort_flag,
                          timeout_s, &pinned);
     Py_END_ALLOW_THREADS
+    if (status == 2) goto done;   /* the signal's exception is set */
     if (status != 0) {
         char message[160];
         if (status > 0)
@@ -1577,10 +1596,11 @@ done:
 
 typedef struct {
     padded flag;
-    int rounds;
+    int rounds, batch;
     int handoff;   /* 1: each side spins reading the flag and then stores its move; 0: it claims it by CAS */
     double elapsed;
-    atomic_int finished, abort_flag;
+    double *marks; /* side 0: when each batch of ``batch`` round trips ended (marks[0]: the start) */
+    atomic_int ready, finished, abort_flag;
 } pingpong_t;
 
 typedef struct { pingpong_t *p; int side; } pingpong_arg;
@@ -1589,8 +1609,15 @@ static void *pingpong_side(void *v)
 {
     pingpong_arg *a = v;
     pingpong_t *p = a->p;
-    double start = now_ns();
-    for (long i = 0; i < p->rounds; i++) {
+    /* Both sides up before the clock starts: the first batch must not time the other thread's start. */
+    atomic_fetch_add(&p->ready, 1);
+    while (atomic_load(&p->ready) < 2) {
+        if (atomic_load_explicit(&p->abort_flag, memory_order_relaxed)) goto out;
+        cpu_relax();
+    }
+    /* One round more than asked: side 0 marks the clock right after its move of every batch's first round, so
+     * that consecutive marks are exactly ``batch`` round trips apart, the last one included. */
+    for (long i = 0; i <= p->rounds; i++) {
         long mine = 2 * i + a->side, next = mine + 1;
         if (p->handoff) {
             /* Wait reading the flag, as a barrier's waiter does, then store our move: a write seen by a spinner. */
@@ -1599,41 +1626,61 @@ static void *pingpong_side(void *v)
                 cpu_relax();
             }
             atomic_store_explicit(&p->flag.v, next, memory_order_release);
-            continue;
+        } else {
+            /* Wait for the other side's move, then make ours with a compare-and-swap. */
+            long expected = mine;
+            while (!atomic_compare_exchange_weak(&p->flag.v, &expected, next)) {
+                if (atomic_load_explicit(&p->abort_flag, memory_order_relaxed)) goto out;
+                expected = mine;
+                cpu_relax();
+            }
         }
-        /* Wait for the other side's move, then make ours with a compare-and-swap. */
-        long expected = mine;
-        while (!atomic_compare_exchange_weak(&p->flag.v, &expected, next)) {
-            if (atomic_load_explicit(&p->abort_flag, memory_order_relaxed)) goto out;
-            expected = mine;
-            cpu_relax();
-        }
+        if (a->side == 0 && i % p->batch == 0) p->marks[i / p->batch] = now_ns();
     }
-    if (a->side == 0) p->elapsed = now_ns() - start;
+    if (a->side == 0) p->elapsed = p->marks[p->rounds / p->batch] - p->marks[0];
 out:
     atomic_fetch_add(&p->finished, 1);
     return NULL;
 }
 
-/* pingpong(cpu_a, cpu_b, rounds, handoff=0) -> one-way latency in ns (round trip / 2): with handoff, of a store
- * until the other core, spinning on reads, sees it; without, of a compare-and-swap taking the line over. */
+/* pingpong(cpu_a, cpu_b, rounds, handoff=0, batch=rounds) -> (one-way latency in ns (round trip / 2), pinned,
+ * bytes of float64: the one-way latency of each batch of ``batch`` round trips, in order): with handoff, of a
+ * store until the other core, spinning on reads, sees it; without, of a compare-and-swap taking the line
+ * over. ``rounds`` is a whole number of batches. */
 static PyObject *native_pingpong(PyObject *self, PyObject *args)
 {
-    int cpus[2], rounds, pinned, status, handoff = 0;
-    if (!PyArg_ParseTuple(args, "iii|p", &cpus[0], &cpus[1], &rounds, &handoff)) return NULL;
-    pingpong_t *p = aligned_alloc(LINE, sizeof *p);
-    if (!p) return PyErr_NoMemory();
+    int cpus[2], rounds, pinned, status, handoff = 0, batch = 0;
+    if (!PyArg_ParseTuple(args, "iii|pi", &cpus[0], &cpus[1], &rounds, &handoff, &batch)) return NULL;
+    if (batch == 0) batch = rounds;
+    if (rounds < 1 || batch < 1 || rounds % batch) {
+        PyErr_SetString(PyExc_ValueError, "pingpong: rounds must be a whole number (>= 1) of batches");
+        return NULL;
+    }
+    int batches = rounds / batch;
+    pingpong_t *p = aligned_alloc(LINE, (sizeof *p + LINE - 1) / LINE * LINE);
+    double *marks = calloc((size_t)batches + 1, sizeof *marks);
+    if (!p || !marks) { free(p); free(marks); return PyErr_NoMemory(); }
     memset(p, 0, sizeof *p);
     p->rounds = rounds;
+    p->batch = batch;
     p->handoff = handoff;
+    p->marks = marks;
     pingpong_arg sides[2] = {{p, 0}, {p, 1}};
     Py_BEGIN_ALLOW_THREADS
     status = run_threads(2, cpus, pingpong_side, sides, sizeof sides[0], &p->finished, &p->abort_flag, 30.0, &pinned);
     Py_END_ALLOW_THREADS
     double elapsed = p->elapsed;
     free(p);
-    if (status != 0) { PyErr_SetString(PyExc_TimeoutError, "ping-pong did not finish in 30 s"); return NULL; }
-    return Py_BuildValue("(dO)", elapsed / (2.0 * rounds), pinned ? Py_True : Py_False);
+    if (status != 0) {
+        if (status != 2) PyErr_SetString(PyExc_TimeoutError, "ping-pong did not finish in 30 s");
+        free(marks);
+        return NULL;
+    }
+    for (int b = 0; b < batches; b++) marks[b] = (marks[b + 1] - marks[b]) / (2.0 * batch);
+    PyObject *out = Py_BuildValue("(dOy#)", elapsed / (2.0 * rounds), pinned ? Py_True : Py_False,
+                                  (const char *)marks, (Py_ssize_t)((size_t)batches * sizeof *marks));
+    free(marks);
+    return out;
 }
 
 typedef struct {
@@ -1700,6 +1747,7 @@ static PyObject *native_fetch_add(PyObject *self, PyObject *args)
     double mean = 0;
     for (int i = 0; i < threads; i++) mean += c->elapsed[i] / ops;
     free(c);
+    if (status == 2) return NULL;
     if (status != 0) { PyErr_SetString(PyExc_TimeoutError, "fetch-and-add probe did not finish in 60 s"); return NULL; }
     return PyFloat_FromDouble(mean / threads);
 }
@@ -1709,6 +1757,7 @@ typedef struct {
     pthread_cond_t cond;
     int rounds, posted, seen;
     double sent, latency;
+    double *each;     /* each round's latency */
     atomic_int finished, abort_flag;
 } wakeup_t;
 
@@ -1735,7 +1784,9 @@ static void *wakeup_side(void *v)
                 if (atomic_load(&u->abort_flag)) { pthread_mutex_unlock(&u->lock); return NULL; }
                 timed_wait(u);
             }
-            u->latency += now_ns() - u->sent;
+            double latency = now_ns() - u->sent;
+            u->latency += latency;
+            u->each[i - 1] = latency;
             u->seen = i;
             pthread_cond_signal(&u->cond);
             pthread_mutex_unlock(&u->lock);
@@ -1757,13 +1808,17 @@ static void *wakeup_side(void *v)
     return NULL;
 }
 
-/* wakeup(cpu_a, cpu_b, rounds) -> mean ns from a condition signal until the sleeping thread runs */
+/* wakeup(cpu_a, cpu_b, rounds) -> (mean ns from a condition signal until the sleeping thread runs, bytes of
+ * float64: each round's ns) */
 static PyObject *native_wakeup(PyObject *self, PyObject *args)
 {
     int cpus[2], rounds, pinned, status;
     if (!PyArg_ParseTuple(args, "iii", &cpus[0], &cpus[1], &rounds)) return NULL;
+    if (rounds < 1) { PyErr_SetString(PyExc_ValueError, "wakeup: rounds must be >= 1"); return NULL; }
     wakeup_t u;
     memset(&u, 0, sizeof u);
+    u.each = calloc((size_t)rounds, sizeof *u.each);
+    if (!u.each) return PyErr_NoMemory();
     pthread_mutex_init(&u.lock, NULL);
     pthread_cond_init(&u.cond, NULL);
     u.rounds = rounds;
@@ -1773,14 +1828,23 @@ static PyObject *native_wakeup(PyObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
     pthread_mutex_destroy(&u.lock);
     pthread_cond_destroy(&u.cond);
-    if (status != 0) { PyErr_SetString(PyExc_TimeoutError, "wake-up probe did not finish in 60 s"); return NULL; }
-    return PyFloat_FromDouble(u.latency / rounds);
+    if (status != 0) {
+        free(u.each);
+        if (status != 2) PyErr_SetString(PyExc_TimeoutError, "wake-up probe did not finish in 60 s");
+        return NULL;
+    }
+    PyObject *out = Py_BuildValue("(dy#)", u.latency / rounds, (const char *)u.each,
+                                  (Py_ssize_t)((size_t)rounds * sizeof *u.each));
+    free(u.each);
+    return out;
 }
 
-/* clock_read() -> ns one CLOCK_MONOTONIC read takes (the busy-wait's granularity) */
-static PyObject *native_clock_read(PyObject *self, PyObject *noargs)
+/* clock_read(reads=1000000) -> mean ns one CLOCK_MONOTONIC read takes (the busy-wait's granularity) */
+static PyObject *native_clock_read(PyObject *self, PyObject *args)
 {
-    const int reads = 1000000;
+    int reads = 1000000;
+    if (!PyArg_ParseTuple(args, "|i", &reads)) return NULL;
+    if (reads < 1) { PyErr_SetString(PyExc_ValueError, "clock_read: reads must be >= 1"); return NULL; }
     volatile double sink = 0;
     double start = now_ns();
     for (int i = 0; i < reads; i++) sink = now_ns();
@@ -1845,6 +1909,7 @@ static PyObject *native_quanta(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     status = run_threads(1, &cpu, quanta_side, &arg, sizeof arg, &q.finished, &q.abort_flag, 60.0, &pinned);
     Py_END_ALLOW_THREADS
+    if (status == 2) { free(q.durations); return NULL; }
     if (status != 0) { free(q.durations); PyErr_SetString(PyExc_TimeoutError, "the noise probe did not finish in 60 s"); return NULL; }
     PyObject *out = Py_BuildValue("(y#O)", (const char *)q.durations, (Py_ssize_t)(samples * sizeof(double)),
                                   pinned ? Py_True : Py_False);
@@ -2023,7 +2088,9 @@ static PyObject *native_memory(PyObject *self, PyObject *args)
                          timeout_s, &pinned);
     Py_END_ALLOW_THREADS
     PyObject *result = NULL;
-    if (status != 0) {
+    if (status == 2) {
+        /* the signal's exception is set */
+    } else if (status != 0) {
         char message[120];
         snprintf(message, sizeof message, "the %s memory probe did not finish in %g s", kind_name, timeout_s);
         PyErr_SetString(PyExc_TimeoutError, message);
@@ -2048,10 +2115,10 @@ static PyObject *native_memory(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"run", native_run, METH_VARARGS, "Run a program of loops on pinned threads and return its trace."},
-    {"pingpong", native_pingpong, METH_VARARGS, "One-way latency between two cores by CAS ping-pong."},
+    {"pingpong", native_pingpong, METH_VARARGS, "One-way latency between two cores by ping-pong, by batch."},
     {"fetch_add", native_fetch_add, METH_VARARGS, "Mean fetch-and-add cost with threads contending."},
-    {"wakeup", native_wakeup, METH_VARARGS, "Mean wake-up latency of a thread blocked on a condition."},
-    {"clock_read", native_clock_read, METH_NOARGS, "Cost of one monotonic clock read."},
+    {"wakeup", native_wakeup, METH_VARARGS, "Wake-up latency of a thread blocked on a condition, each too."},
+    {"clock_read", native_clock_read, METH_VARARGS, "Cost of one monotonic clock read."},
     {"quanta", native_quanta, METH_VARARGS, "Durations of a fixed work quantum timed again and again (OS noise)."},
     {"memory", native_memory, METH_VARARGS, "Memory probes: chase latency, streaming bandwidth, independent misses."},
     {NULL, NULL, 0, NULL},

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import datetime
 import platform
-import statistics
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ import numpy as np
 from ..errors import SimschedError
 from ..machine import load_machine
 from ..output import check_output, write_whole
-from . import check_threads, require, run
+from . import check_threads, hostload, require, run
 from .memprobe import hierarchy_text
 
 
@@ -58,43 +59,155 @@ def atomics_line(arch: str | None = None, cpuinfo: str | None = None) -> str:
     return f"# atomics: not known for {arch}; the simulator's default (locked) applies"
 
 
+# Each figure is this percentile of its probe's samples (see Figure).
+LOW_PERCENTILE = 10
+# Tries of each ping-pong per pair of CPUs, each timed in batches of at most this many round trips.
+PINGPONG_TRIES = 5
+PINGPONG_BATCH = 100
+# A probe whose tries' low percentiles are further apart than this measured something besides the hardware.
+TRIES_APART = 1.5
+# The fetch-and-add probe, for each number of contending threads: tries of so many operations on one line.
+ATOMIC_TRIES = 10
+ATOMIC_OPS = 20000
+WAKEUP_ROUNDS = 200
+# The clock probe: tries of so many reads in a row.
+CLOCK_TRIES = 20
+CLOCK_READS = 50000
+# The chunk probe: loops of this many one-iteration chunks; the loop probe: this many one-iteration loops.
+CHUNK_PROBE_N = 20000
+CHUNK_PROBE_LOOPS = 20
+LOOP_PROBE_LOOPS = 200
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One measured figure from a probe's repeated samples: a low percentile, with the samples' spread.
+
+    Other work on a shared host only ever makes a sample slower, so the fastest samples are the
+    hardware's: the figure is their LOW_PERCENTILE-th percentile, not the least, which one lucky
+    sample would set. A probe run in several tries takes the median of its tries' low percentiles,
+    and ``apart`` says how far those are apart (1: they agree).
+    """
+
+    value: float
+    median: float
+    high: float
+    samples: int
+    apart: float = 1.0
+
+    @classmethod
+    def of(cls, samples, percentile: float = LOW_PERCENTILE) -> "Figure":
+        """The figure of one set of ``samples``: their ``percentile``, median and 90th percentile."""
+        values = _finite(samples)
+        low, median, high = np.percentile(values, [percentile, 50, 90])
+        return cls(float(low), float(median), float(high), int(values.size))
+
+    @classmethod
+    def of_tries(cls, tries) -> "Figure":
+        """The figure of a probe's tries (a set of samples each): the median of their low percentiles."""
+        lows = [float(np.percentile(_finite(t), LOW_PERCENTILE)) for t in tries]
+        values = np.concatenate([_finite(t) for t in tries])
+        median, high = np.percentile(values, [50, 90])
+        return cls(float(np.median(lows)), float(median), float(high), int(values.size), tries_agree(lows))
+
+    def spread(self, unit: str = "ns", digits: int = 1) -> str:
+        """The figure and its spread in words: ``48.1 ns (median 50.2, 90th percentile 61.0 of 1000)``."""
+        apart = f", tries {self.apart:.2f}x apart" if self.apart != 1.0 else ""
+        return (f"{self.value:.{digits}f} {unit} (median {self.median:.{digits}f}, 90th percentile "
+                f"{self.high:.{digits}f} of {self.samples}{apart})")
+
+
+def _finite(samples) -> np.ndarray:
+    values = np.asarray(samples, dtype=float).ravel()
+    if values.size == 0 or not np.isfinite(values).all():
+        raise SimschedError("calibration: a probe returned no samples or non-finite ones")
+    return values
+
+
+def tries_agree(lows) -> float:
+    """How far a probe's tries are apart: the largest of their low percentiles over the least (1: agreed)."""
+    lows = np.asarray(lows, dtype=float)
+    return float(lows.max() / lows.min()) if lows.size and lows.min() > 0 else float("inf")
+
+
+def _check_rounds(rounds) -> None:
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= 10_000_000:
+        raise SimschedError(f"rounds must be an integer in [1, 10000000], got {rounds!r}")
+
+
 def measure(threads: int | None = None, rounds: int = 20000, progress=print) -> dict:
-    """Run every probe on the first ``threads`` CPUs (default: all): a dict of the measured values."""
+    """Run every probe on the first ``threads`` CPUs (default: all): a dict of the measured values.
+
+    Each figure is a low percentile of many short samples (see :class:`Figure`): other work on
+    a shared host only ever makes a sample slower, so the fastest samples are the hardware's.
+    ``m["doubts"]`` lists what makes the figures doubtful: other work on the CPUs while they
+    were measured (``m["load"]``), or tries of one probe that disagree.
+    """
     from . import _native, cores
 
     require()
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= 10_000_000:
-        raise SimschedError(f"rounds must be an integer in [1, 10000000], got {rounds!r}")
+    _check_rounds(rounds)
     cpus = check_threads(threads if threads is not None else len(cores()))
     p = len(cpus)
-    progress(f"ping-pong over {p * (p - 1) // 2} core pair(s), {rounds} round trips each, by store and by CAS, "
-             f"the median of {PINGPONG_TRIES} tries")
+    meter = hostload.Meter(cpus)
+    doubts = []
+    batch = max(1, min(PINGPONG_BATCH, rounds // 10))
+    rounds = rounds // batch * batch
+    progress(f"ping-pong over {p * (p - 1) // 2} core pair(s) by store and by CAS, {PINGPONG_TRIES} tries of "
+             f"{rounds} round trips in batches of {batch}: the median of the tries' {LOW_PERCENTILE}th "
+             "percentiles")
     # The model's latency is a write until a spinning reader sees it (an invalidation, then the re-fetch): what
     # a barrier's flags cost. A compare-and-swap ping-pong instead times one line taken over by an atomic. The
-    # two alternate, and each is the median of its tries: a shared host has moments when either is far off.
+    # two alternate, each timed in short batches: a shared host takes the CPUs away now and then, and a batch
+    # it interrupts is far off, while the others are not.
     matrix, cas = np.zeros((p, p)), np.zeros((p, p))
+    pairs = {}
     for a in range(p):
         for b in range(a + 1, p):
-            tries = [[_native.pingpong(cpus[a], cpus[b], rounds, handoff)[0] for handoff in (True, False)]
-                     for _ in range(PINGPONG_TRIES)]
-            handoff, atomic_handoff = np.median(tries, axis=0)
-            matrix[a, b] = matrix[b, a] = handoff
-            cas[a, b] = cas[b, a] = atomic_handoff
-    progress("fetch-and-add with 1.." + str(p) + " contending threads")
-    fetch_add = [_native.fetch_add(cpus[:k], 200000) for k in range(1, p + 1)]
-    progress("thread wake-up latency")
-    wakeup = _native.wakeup(cpus[0], cpus[-1], 200) if p > 1 else _native.wakeup(cpus[0], cpus[0], 200)
-    clock_read = _native.clock_read()
+            tries = {True: [], False: []}
+            for _ in range(PINGPONG_TRIES):
+                for handoff in (True, False):
+                    raw = _native.pingpong(cpus[a], cpus[b], rounds, handoff, batch)[2]
+                    tries[handoff].append(np.frombuffer(raw, dtype=np.float64))
+            meter.sample()
+            handoff, atomic_handoff = (Figure.of_tries(tries[kind]) for kind in (True, False))
+            matrix[a, b] = matrix[b, a] = handoff.value
+            cas[a, b] = cas[b, a] = atomic_handoff.value
+            pairs[cpus[a], cpus[b]] = (handoff, atomic_handoff)
+            progress(f"  CPUs {cpus[a]}-{cpus[b]}: one way {handoff.spread()}; "
+                     f"by CAS {atomic_handoff.spread()}")
+            for figure, name in ((handoff, "ping-pong"), (atomic_handoff, "CAS ping-pong")):
+                if figure.apart > TRIES_APART:
+                    doubts.append(f"the {name} of CPUs {cpus[a]}-{cpus[b]} differed {figure.apart:.1f}x "
+                                  "between its tries")
+    progress(f"fetch-and-add with 1..{p} contending threads, {ATOMIC_TRIES} tries of {ATOMIC_OPS} each")
+    fetch_add = []
+    for k in range(1, p + 1):
+        # Contended tries whose threads overlap less also run faster, so those take the median, not a low one.
+        figure = Figure.of([_native.fetch_add(cpus[:k], ATOMIC_OPS) for _ in range(ATOMIC_TRIES)],
+                           LOW_PERCENTILE if k == 1 else 50)
+        fetch_add.append(figure)
+        progress(f"  {k} thread(s): {figure.spread()}")
+    meter.sample()
+    progress(f"thread wake-up latency, {WAKEUP_ROUNDS} wake-ups: the median")
+    wakeups = _native.wakeup(cpus[0], cpus[-1], WAKEUP_ROUNDS)[1]
+    wakeup = Figure.of(np.frombuffer(wakeups, dtype=np.float64), 50)
+    progress(f"  {wakeup.spread()}")
+    clock_read = Figure.of([_native.clock_read(CLOCK_READS) for _ in range(CLOCK_TRIES)])
+    progress(f"one clock read: {clock_read.spread(digits=2)}")
     progress("loop and chunk overheads on one thread")
     # Per chunk: one thread claims 20,000 one-iteration chunks, less their work (and, below, the uncontended
     # atomic). The iterations busy-wait, as every iteration with a cost does: a chunk of them ends a clock read
     # or so past its deadline, which a chunk of empty iterations never pays.
     work = f"cost_ns={CHUNK_PROBE_NS:g}"
-    dynamic = run("omp-dynamic:chunk=1", f"uforall:n=20000,{work}", 1, repeat=5)
-    per_chunk = statistics.median(dynamic.loop_ns[1:]) / 20000 - CHUNK_PROBE_NS
+    dynamic = run("omp-dynamic:chunk=1", f"uforall:n={CHUNK_PROBE_N},{work}", 1, repeat=CHUNK_PROBE_LOOPS + 1)
+    per_chunk = Figure.of(np.asarray(dynamic.loop_ns[1:]) / CHUNK_PROBE_N - CHUNK_PROBE_NS)
+    progress(f"  chunk: {per_chunk.spread()}")
     # Per loop: a one-iteration static loop, less its work (and, below, one chunk).
-    static = run("omp-static", f"uforall:n=1,{work}", 1, repeat=201)
-    per_loop = statistics.median(static.loop_ns[1:]) - CHUNK_PROBE_NS
+    static = run("omp-static", f"uforall:n=1,{work}", 1, repeat=LOOP_PROBE_LOOPS + 1)
+    per_loop = Figure.of(np.asarray(static.loop_ns[1:]) - CHUNK_PROBE_NS)
+    progress(f"  loop: {per_loop.spread()}")
+    meter.sample()
     progress(f"OS noise: fixed work quanta of {NOISE_QUANTUM_NS / 1e3:g} us, {NOISE_SAMPLES} per CPU")
     noise = noise_profile(cpus)
     progress(f"OS noise: {noise['rate_hz']:.0f} interruption(s) per second per CPU, "
@@ -103,9 +216,18 @@ def measure(threads: int | None = None, rounds: int = 20000, progress=print) -> 
     from .memprobe import measure_hierarchy
 
     memory = measure_hierarchy(cpus, progress)
-    return {"cpus": cpus, "rounds": rounds, "matrix": matrix, "cas": cas, "fetch_add": fetch_add, "wakeup": wakeup,
-            "clock_read": clock_read, "per_chunk": per_chunk, "per_loop": per_loop, "ghz": ghz,
-            "clock_source": clock_source, "memory": memory, "noise": noise}
+    meter.sample()
+    load = meter.read()
+    if load is not None:
+        progress(f"while measuring: {load.describe()}")
+        if load.busy():
+            doubts.insert(0, load.busy())
+    return {"cpus": cpus, "rounds": rounds, "batch": batch, "matrix": matrix, "cas": cas,
+            "fetch_add": [f.value for f in fetch_add], "wakeup": wakeup.value, "clock_read": clock_read.value,
+            "per_chunk": per_chunk.value, "per_loop": per_loop.value, "ghz": ghz,
+            "clock_source": clock_source, "memory": memory, "noise": noise, "load": load, "doubts": doubts,
+            "figures": {"pairs": pairs, "fetch_add": fetch_add, "wakeup": wakeup, "clock_read": clock_read,
+                        "per_chunk": per_chunk, "per_loop": per_loop}}
 
 
 def transfer_fraction(handoff: np.ndarray, cas: np.ndarray, atomic: float) -> float:
@@ -121,9 +243,6 @@ def transfer_fraction(handoff: np.ndarray, cas: np.ndarray, atomic: float) -> fl
     shares = (cas[pairs] - atomic) / handoff[pairs]
     return float(np.clip(np.median(shares), 0.05, 1.0))
 
-
-# Tries of each ping-pong per pair of CPUs, of which the file takes the median.
-PINGPONG_TRIES = 5
 
 # The work of each iteration of the chunk and loop probes: EPCC schedbench's default delay.
 CHUNK_PROBE_NS = 100.0
@@ -172,9 +291,10 @@ def machine_text(m: dict, command: str) -> str:
     probe = f"{CHUNK_PROBE_NS:g}"
     rows = ",\n".join("    [" + ", ".join(f"{x:.1f}" for x in row) + "]" for row in m["matrix"])
     curve = ", ".join(f"{x:.1f}" for x in m["fetch_add"])
+    low = f"{LOW_PERCENTILE}th percentile"
     return f'''# Measured by `{command}` on {host}, {when}, on CPUs {m["cpus"]}.
 # Every value below was measured by that command unless its comment says otherwise.
-name = "host"
+{trust_text(m)}name = "host"
 description = "{host}: {p} CPU(s) measured by simsched native calibrate on {when[:10]}"
 
 [topology]
@@ -187,8 +307,9 @@ base_ghz = {m["ghz"]:.3f}          # {m["clock_source"]}
 
 [latency_ns]
 # One-way latency by ping-pong between two pinned threads, each spinning on reads of one line until the
-# other's store shows, then storing its reply: round trip / 2, {m["rounds"]} round trips, the median of
-# {PINGPONG_TRIES} tries per pair (the diagonal is the same core).
+# other's store shows, then storing its reply: round trip / 2, timed in batches of {m["batch"]} round trips;
+# the median over {PINGPONG_TRIES} tries of {m["rounds"]} round trips of each try's {low} of its batches, per
+# pair (the diagonal is the same core).
 matrix = [
 {rows},
 ]
@@ -200,20 +321,41 @@ serve_ns = {serve:.2f}          # (fetch-and-add with all {p} threads contending
 {atomics_line()}
 
 [costs_ns]
-atomic = {atomic:.2f}            # uncontended fetch-and-add, 200,000 in a row on one thread
+# atomic: uncontended fetch-and-add on one thread, the {low} of {ATOMIC_TRIES} tries of {ATOMIC_OPS:,}
+atomic = {atomic:.2f}
 store = 1.0                # assumed, not measured: a store retires into the store buffer in about a cycle
-# loop_setup: the median native omp-static loop of one {probe} ns iteration on one thread, less the iteration
-# and a chunk; chunk: the median native omp-dynamic chunk=1 chunk of one {probe} ns iteration on one thread,
-# less the iteration and an atomic (a chunk of busy-waited iterations ends a clock read or so past its deadline)
+# loop_setup: the {low} of {LOOP_PROBE_LOOPS} native omp-static loops of one {probe} ns iteration on
+# one thread, less the iteration and a chunk; chunk: the {low} of {CHUNK_PROBE_LOOPS} native omp-dynamic
+# chunk=1 loops of {CHUNK_PROBE_N:,} one-iteration chunks of {probe} ns on one thread, per chunk, less the
+# iteration and an atomic (a chunk of busy-waited iterations ends a clock read or so past its deadline)
 loop_setup = {loop_setup:.1f}
 chunk = {chunk:.1f}
 combine = 1.0              # assumed, not measured: combining two partial results is an add or two
-timer = {m["clock_read"]:.1f}             # one CLOCK_MONOTONIC read (the clock the native runtime times chunks with), mean of 10^6
-# fetch-and-add ns per operation with 1..{p} contending threads: [{curve}]
+# timer: one CLOCK_MONOTONIC read (the clock the native runtime times chunks with), the {low} of
+# {CLOCK_TRIES} tries of {CLOCK_READS:,} reads in a row
+timer = {m["clock_read"]:.1f}
+# fetch-and-add ns per operation with 1..{p} contending threads, of {ATOMIC_TRIES} tries each the {low}
+# for one thread, the median for more (tries whose threads overlap less run faster): [{curve}]
 
 [os]
-wakeup_ns = {m["wakeup"]:.0f}          # condition-variable signal until the blocked thread runs, mean of 200
+# wakeup_ns: condition-variable signal until the blocked thread runs, the median of {WAKEUP_ROUNDS} (a
+# wake-up's own latency varies widely even on an idle host: a low percentile would understate it)
+wakeup_ns = {m["wakeup"]:.0f}
 ''' + noise_text(m["noise"]) + hierarchy_text(m["memory"])
+
+
+# How a machine file's header marks a doubt about its figures (``native validate`` warns of them).
+DOUBTFUL = "# DOUBTFUL (written with --force):"
+
+
+def trust_text(m: dict) -> str:
+    """Comment lines on the host's load while measured, and what makes the figures doubtful, if anything."""
+    lines = []
+    if m.get("load") is not None:
+        lines.append(f"# While measuring: {m['load'].describe()}.")
+    for doubt in m.get("doubts", []):
+        lines.append(f"{DOUBTFUL} {doubt}.")
+    return "".join(line + "\n" for line in lines)
 
 
 def noise_text(noise: dict) -> str:
@@ -232,13 +374,42 @@ def noise_text(noise: dict) -> str:
 
 
 def calibrate(out: str | Path, threads: int | None = None, rounds: int = 20000, command: str = "",
-              progress=print) -> Path:
-    """Measure this machine and write its machine file to ``out`` (checked loadable before it is kept)."""
+              progress=print, force: bool = False) -> Path:
+    """Measure this machine and write its machine file to ``out`` (checked loadable before it is kept).
+
+    A host too busy to measure is refused before anything is measured, and figures that turn
+    out doubtful (other work while they were measured, tries that disagree) are not written:
+    unless ``force``, which writes them with a warning and the doubts in the file's header.
+    """
+    from . import cores
+
     out = check_output(out, "--out")
+    require()
+    _check_rounds(rounds)
+    cpus = check_threads(threads if threads is not None else len(cores()))
+    before = hostload.look(cpus)
+    doubts = []
+    if before is not None:
+        if before.busy():
+            if not force:
+                raise SimschedError(f"this host is too busy to calibrate: {before.busy()}; calibrate on an "
+                                    "idle host, or give --force to write the figures anyway, marked doubtful")
+            doubts.append(f"before measuring, {before.busy()}")
+        progress(f"before measuring: {before.describe()}")
+    else:
+        progress("the host's load is not readable here (/proc/stat): the figures are not checked against it")
     try:
         measured = measure(threads, rounds, progress)
     except TimeoutError as exc:  # a probe's own time bound
         raise SimschedError(f"calibration stopped: {exc}") from None
+    measured["doubts"] = doubts + measured["doubts"]
+    if measured["doubts"]:
+        if not force:
+            raise SimschedError(f"the measured figures are doubtful: {'; '.join(measured['doubts'])}; "
+                                "nothing was written: calibrate on an idle host, or give --force to write "
+                                "them anyway")
+        warnings.warn(f"writing doubtful figures (--force): {'; '.join(measured['doubts'])}", RuntimeWarning,
+                      stacklevel=2)
     text = machine_text(measured, command or "simsched native calibrate")
 
     def write(partial):

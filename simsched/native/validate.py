@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from ..errors import SimschedError
 from ..machine import load_machine
 from ..host import HOST_MACHINE_FILE
 from . import NATIVE, _check_integer, as_run_natively, check_threads, openmp, require, run
+from .calibrate import DOUBTFUL
 from .memprobe import half_private
 
 
@@ -61,14 +63,15 @@ def openmp_times(threads: int, n: int, t_us: np.ndarray, repeat: int) -> np.ndar
 
 
 def validate(machine=HOST_MACHINE_FILE, threads: int | None = None, points: int = 10, repeat: int = 21,
-             schedulers=None, openmp: bool = True) -> pd.DataFrame:
+             schedulers=None, openmp: bool = True, progress=None) -> pd.DataFrame:
     """Per scheduler: native and simulated burden d and the error of the simulated loop times.
 
     The sweep is E1's uforall: 10 iterations per thread, T log-spaced from 1 us to 1 ms,
     each loop run ``repeat`` times (median and its 95% confidence interval, first loop
     discarded). ``median_abs_error`` is the median over T of |simulated - native| / native
-    loop time.
+    loop time. ``progress`` (a function of one line) hears of each scheduler as it starts.
     """
+    progress = progress or _quiet
     require()
     model = load_machine(machine)
     threads = threads if threads is not None else model.cores
@@ -78,7 +81,10 @@ def validate(machine=HOST_MACHINE_FILE, threads: int | None = None, points: int 
     t_us = durations_us(points)
     rows = []
     reference = None
-    for name in schedulers or list(NATIVE):
+    names = schedulers or list(NATIVE)
+    for index, name in enumerate(names, 1):
+        progress(f"{name} ({index}/{len(names)}): {points} loop durations, {repeat + 1} loops each, natively "
+                 "and simulated")
         native_ns, sim_ns, ci = [], [], []
         for t in t_us:
             workload = f"uforall:n={n},total_us={t:.6g}"
@@ -92,6 +98,7 @@ def validate(machine=HOST_MACHINE_FILE, threads: int | None = None, points: int 
         if name == "omp-static":
             reference = np.asarray(sim_ns)
     if openmp:
+        progress("the host OpenMP runtime's static schedule (where an OpenMP compiler is found)")
         omp = openmp_times(threads, n, t_us, repeat)
         if omp is not None:
             if reference is None:
@@ -120,10 +127,24 @@ def format_validation(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def _quiet(line: str) -> None:
+    """A progress function that says nothing."""
+
+
 def check_machine_file(path: str | Path) -> Path:
+    """``path``, a machine file that exists; a warning when ``native calibrate --force`` wrote it from doubtful
+    figures (its header says so), since every comparison with it inherits their errors."""
     path = Path(path)
     if not path.is_file():
         raise SimschedError(f"no machine file {path}: measure this machine first with simsched native calibrate")
+    try:
+        doubtful = any(line.startswith(DOUBTFUL) for line in path.read_text(encoding="utf-8").splitlines())
+    except (OSError, UnicodeDecodeError):
+        doubtful = False  # load_machine says what is wrong with it
+    if doubtful:
+        warnings.warn(f"machine file {path} was calibrated on a busy host and written with --force (see its "
+                      "header): its figures, and every comparison with them, may be far off", RuntimeWarning,
+                      stacklevel=2)
     return path
 
 
@@ -157,7 +178,7 @@ def locality_schedulers(n: int, threads: int) -> list[str]:
 
 
 def validate_locality(machine=HOST_MACHINE_FILE, threads: int | None = None, n: int = LOCALITY_N,
-                      repeat: int = 21, sweeps: int = LOCALITY_SWEEPS) -> pd.DataFrame:
+                      repeat: int = 21, sweeps: int = LOCALITY_SWEEPS, progress=None) -> pd.DataFrame:
     """Per scheduler and working set: native and simulated median loop time of ``arrays`` (balanced) and affinity.
 
     Each working set is spread over ``n`` iterations (bytes per iteration rounded to whole
@@ -166,7 +187,9 @@ def validate_locality(machine=HOST_MACHINE_FILE, threads: int | None = None, n: 
     working sets ``sweeps`` times, one sweep after another, and each figure is its best sweep,
     as each memory probe of the calibration is its best try: on a shared host other work only ever
     slows a sweep down, and the model, calibrated on the host undisturbed, has none of it.
+    ``progress`` (a function of one line) hears of each working set of each sweep as it starts.
     """
+    progress = progress or _quiet
     require()
     sweeps = _check_integer("--sweeps", sweeps, 1, 1000)
     model = load_machine(machine)
@@ -185,8 +208,10 @@ def validate_locality(machine=HOST_MACHINE_FILE, threads: int | None = None, n: 
     schedulers = locality_schedulers(n, threads)
     bodies = {label: [] for label, _ in sets}
     measured = {(label, name): [] for label, _ in sets for name in schedulers}
-    for _ in range(sweeps):
+    for sweep in range(1, sweeps + 1):
         for label, per in sets:
+            progress(f"sweep {sweep}/{sweeps}: working set {label}, {n} iterations of {per} bytes, "
+                     f"{len(schedulers)} schedulers")
             bodies[label].append(loop_body_ns(model, per, n))
             for name in schedulers:
                 result = run(name, workloads[label], threads, repeat=repeat)
@@ -281,13 +306,15 @@ def recorded_costs(path, kernel, block: int) -> list[np.ndarray]:
 
 
 def validate_trace(workload: str, machine=HOST_MACHINE_FILE, threads: int | None = None, repeat: int = 21,
-                   schedulers=None) -> pd.DataFrame:
+                   schedulers=None, progress=None) -> pd.DataFrame:
     """Per scheduler: a recorded kernel's median native time, the simulated time of its recorded costs on the
     calibrated model, and the error.
 
     The trace (``trace:path=FILE``) names its kernel and inputs in its metadata; the kernel is
     rebuilt and run natively ``repeat`` times after a warm pass (the recording's was warm too).
+    ``progress`` (a function of one line) hears of each scheduler as it starts.
     """
+    progress = progress or _quiet
     from ..engine import simulate_program
     from ..schedulers import get_scheduler
     from ..workloads import get_workload
@@ -314,7 +341,10 @@ def validate_trace(workload: str, machine=HOST_MACHINE_FILE, threads: int | None
     zeros = np.zeros(int(kernel.sizes.sum()))
     loops = len(kernel.loop_sizes)
 
-    def compare(name: str, workers: int, control: bool) -> dict:
+    names = list(schedulers or NATIVE)
+
+    def compare(name: str, workers: int, control: bool, which: str) -> dict:
+        progress(f"{name} on {workers} thread(s) ({which}): {repeat + 1} passes")
         measured, _ = execute(get_scheduler(name), kernel.spec, workers, zeros, kernel.sizes,
                               kernel.passes * (repeat + 1), memory=kernel.memory, csr=kernel.csr)
         passes = np.asarray(measured.loop_ns).reshape(repeat + 1, loops).sum(axis=1)[1:]  # the first is warm-up
@@ -326,8 +356,8 @@ def validate_trace(workload: str, machine=HOST_MACHINE_FILE, threads: int | None
                 "error": (simulated - native_ns) / native_ns}
 
     # The control: one thread, as recorded; its error is how far this host's speed now is from the recording's.
-    rows = [compare("omp-static", 1, True)]
-    rows += [compare(name, threads, False) for name in schedulers or list(NATIVE)]
+    rows = [compare("omp-static", 1, True, "the control")]
+    rows += [compare(name, threads, False, f"{index}/{len(names)}") for index, name in enumerate(names, 1)]
     return pd.DataFrame(rows)
 
 

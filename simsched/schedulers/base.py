@@ -29,8 +29,14 @@ class Scheduler:
         changed = {k: v for k, v in self.params.items() if v != self.PARAMS[k].default}
         return format_spec(self.name, changed)
 
+    def oracle(self) -> str:
+        """What the scheduler is given of a loop's exact iteration costs before it runs ('' when nothing)."""
+        return ""
+
     def min_chunks(self, n: int, threads: int) -> int:
-        """A cheap lower bound on the chunks a loop of ``n`` iterations takes (each loop takes one)."""
+        """A cheap lower bound on the chunks a loop of ``n`` iterations takes on ``threads`` workers, from the
+        scheduler's rules: at least one; a family whose rules say more overrides it (``simsched.budget``
+        refuses a run by it before anything runs)."""
         return 1
 
     def setup(self, sim) -> None:

@@ -63,6 +63,11 @@ class BinLPT(FullBarriers):
         "barrier": BARRIER_PARAM,
     }
 
+    def oracle(self) -> str:
+        if self.params["estimate_noise"]:
+            return ""
+        return "each iteration's exact cost (estimate_noise= makes its estimates noisy)"
+
     def prepare(self, sim, index):
         loop = sim.loops[index]
         estimate = loop.prefix

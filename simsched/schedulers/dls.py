@@ -68,6 +68,12 @@ class FixedSizeChunking(ChunkRule):
         super().setup(sim)
         self.claim_ns = claim_ns(sim)
 
+    def oracle(self) -> str:
+        return "" if self.params["sigma"] is not None else "the loop's exact cost deviation (sigma= sets it)"
+
+    def min_chunks(self, n, threads):
+        return -(-n // max(self.params["chunk"], -(-n // threads)))  # k is at most max(chunk, ceil(N/P))
+
     def chunk_size(self, n: int, threads: int, loop) -> int:
         """The fixed chunk size for ``loop``."""
         h = self.params["h"] if self.params["h"] is not None else self.claim_ns
@@ -94,6 +100,9 @@ class ModifiedFixedSizeChunking(ChunkRule):
 
     name = "mfsc"
     summary = "modified fixed-size chunking: a fixed chunk giving as many chunks as factoring"
+
+    def min_chunks(self, n, threads):
+        return -(-n // self.chunk_size(n, threads))
 
     def chunk_size(self, n: int, threads: int) -> int:
         """The fixed chunk size for a loop of ``n`` iterations."""
@@ -124,6 +133,15 @@ class KnownVarianceFactoring(ChunkRule):
               "sigma": _optional("sigma", ">= 0", lambda v: v >= 0,
                                  "standard deviation of an iteration's time in ns (default: the loop's)")}
 
+    def oracle(self) -> str:
+        unset = (self.params["mu"] is None, self.params["sigma"] is None)
+        given = {(True, True): "mean and deviation (mu= and sigma= set them)",
+                 (True, False): "mean (mu= sets it)", (False, True): "deviation (sigma= sets it)"}.get(unset)
+        return f"the loop's exact cost {given}" if given else ""
+
+    def min_chunks(self, n, threads):
+        return -(-n // max(self.params["chunk"], -(-n // threads)))  # x >= 1: no chunk over max(k, ceil(N/P))
+
     def bounds(self, n, threads, loop, rng):
         mu, sigma = self.params["mu"], self.params["sigma"]
         if mu is None or sigma is None:
@@ -151,6 +169,9 @@ class TrapezoidFactoring(ChunkRule):
     name = "tfss"
     summary = "trapezoid factoring: batches of P chunks, each the mean of the next P TSS chunks"
 
+    def min_chunks(self, n, threads):
+        return -(-n // max(self.params["chunk"], -(-n // (2 * threads))))  # no chunk over max(k, f)
+
     def bounds(self, n, threads, loop, rng):
         first = math.ceil(n / (2 * threads))
         gaps = max(math.ceil(2 * n / (first + 1)) - 1, 1)
@@ -175,6 +196,12 @@ class FixedIncrease(ChunkRule):
               "stages": Param("stages", int, None, lambda v: v >= 2, ">= 2",
                               help="B, the stages the loop is planned in (default: P - 1, at least 2)")}
 
+    def min_chunks(self, n, threads):
+        # The first stage alone hands out P chunks of c_0 (the last cut at N).
+        stages = self.params["stages"] or max(2, threads - 1)
+        first = max(self.params["chunk"], n // ((stages + 2) * threads))
+        return min(threads, -(-n // first))
+
     def bounds(self, n, threads, loop, rng):
         b = self.params["stages"] or max(2, threads - 1)
         x = b + 2
@@ -196,6 +223,11 @@ class VariableIncrease(ChunkRule):
     PARAMS = {**ChunkRule.PARAMS,
               "x": Param("x", int, None, lambda v: v >= 1, ">= 1",
                          help="X: the first chunk is N/(X P) (default: P)")}
+
+    def min_chunks(self, n, threads):
+        # No chunk is larger than max(k, 2 c_0 - 1).
+        first = n // ((self.params["x"] or threads) * threads)
+        return -(-n // max(self.params["chunk"], 2 * first - 1, 1))
 
     def bounds(self, n, threads, loop, rng):
         first = n // ((self.params["x"] or threads) * threads)
@@ -230,6 +262,10 @@ class RandomChunks(ChunkRule):
         if high is not None and low > high:
             raise SimschedError(f"scheduler rnd: parameter min={low} must be <= max={high}")
 
+    def min_chunks(self, n, threads):
+        low = self.params["min"]
+        return -(-n // (self.params["max"] if self.params["max"] is not None else max(low, n - 1)))
+
     def bounds(self, n, threads, loop, rng):
         low = self.params["min"]
         high = self.params["max"] if self.params["max"] is not None else max(low, n - 1)
@@ -259,6 +295,10 @@ class PerformanceBased(ChunkRule):
     PARAMS = {**ChunkRule.PARAMS,
               "swr": Param("swr", float, 0.5, lambda v: 0 <= v <= 1, "in [0, 1]",
                            help="static workload ratio: the share of iterations run in static blocks")}
+
+    def min_chunks(self, n, threads):
+        # Static blocks of ceil(N swr / P) <= ceil(N/P), then guided chunks of at most max(k, ceil(N/P)).
+        return -(-n // max(self.params["chunk"], -(-n // threads)))
 
     def bounds(self, n, threads, loop, rng):
         block = math.ceil(n * self.params["swr"] / threads)

@@ -35,6 +35,9 @@ class FineGrain(ForkJoin):
         else:
             yield from self.barrier.join(w)
 
+    def min_chunks(self, n, threads):
+        return min(n, threads)  # each worker's block, if not empty
+
     def share(self, sim, w, index):
         yield from run_block(sim, w, index)
 

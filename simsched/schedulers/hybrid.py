@@ -92,6 +92,10 @@ class CilkFineGrain(WorkStealing):
     summary = "Cilk plus fine-grain loops: thieves poll a release flag between steal attempts"
     PARAMS = {"sleep_after": WorkStealing.PARAMS["sleep_after"]}
 
+    def min_chunks(self, n, threads):
+        # A fine-grain loop: a block per worker; another: cilk_for's default grain, at most N/8P (or 1).
+        return min(n, threads)
+
     def setup(self, sim) -> None:
         super().setup(sim)
         self.barrier = make_barrier("numa", sim)

@@ -48,6 +48,10 @@ class Stealing(FullBarriers):
         self.queue = [mem.line(f"queue[{w}]", (0, 0), home=w) for w in range(threads)]
         self.lock = [mem.line(f"queue[{w}].lock", 0, home=w) for w in range(threads)]
 
+    def min_chunks(self, n, threads):
+        # Chunks lie within the blocks dealt (a steal splits a range, never joins two); none passes ``chunk``.
+        return max(min(n, threads), -(-n // self.params["chunk"]))
+
     def prepare(self, sim, index):
         super().prepare(sim, index)
         self.n = sim.loops[index].n
@@ -267,6 +271,9 @@ class ICh(Stealing):
     PARAMS = {"eps": Param("eps", float, 0.33, lambda v: v > 0, "> 0",
                            help="band around the mean progress within which d is left alone"),
               "barrier": BARRIER_PARAM}
+
+    def min_chunks(self, n, threads):
+        return min(n, threads)  # at least one chunk within each block dealt; their sizes adapt
 
     def setup(self, sim):
         super().setup(sim)

@@ -73,6 +73,10 @@ class OmpGuided(SelfScheduling):
     summary = "OpenMP guided: max(chunk, ceil(R/P)) by compare-and-swap"
     PARAMS = {"chunk": OMP_CHUNK_PARAM, "barrier": BARRIER_PARAM}
 
+    def min_chunks(self, n, threads):
+        # No chunk is larger than max(k, ceil(N/P)).
+        return -(-n // max(self.chunk(n, threads), -(-n // threads)))
+
     def share(self, sim, w, index):
         yield from sim.drive(self.steps(sim, w, index))
 
@@ -246,6 +250,10 @@ class Trapezoid(IndexedChunks):
                                 help="round: each size to the nearest integer; truncate: the decrement "
                                      "to an integer (LoopSim)")}
 
+    def min_chunks(self, n, threads):
+        # Sizes shrink from f = ceil(N/2P): no chunk is larger than max(k, f).
+        return -(-n // max(self.params["chunk"], -(-n // (2 * threads))))
+
     def bounds(self, n, threads, loop, rng):
         k = self.params["chunk"]
         first, last = math.ceil(n / (2 * threads)), 1
@@ -273,6 +281,10 @@ class Factoring(IndexedChunks):
 
     name = "fac2"
     summary = "factoring: batches of P chunks of ceil(R/2P), claimed by index"
+
+    def min_chunks(self, n, threads):
+        # No chunk is larger than the first batch's max(k, ceil(N/2P)).
+        return -(-n // max(self.params["chunk"], -(-n // (2 * threads))))
 
     def bounds(self, n, threads, loop, rng):
         k = self.params["chunk"]
@@ -311,6 +323,9 @@ class Taskloop(FullBarriers):
                            help="tasks to create (default: one per worker; never more than iterations)"),
         "barrier": BARRIER_PARAM,
     }
+
+    def min_chunks(self, n, threads):
+        return min(self.params["num_tasks"] or threads, n)  # one chunk per task
 
     def prepare(self, sim, index):
         n = sim.loops[index].n

@@ -54,7 +54,8 @@ class OmpStatic(FullBarriers):
 
     def min_chunks(self, n, threads):
         chunk = self.params["chunk"]
-        return -(-n // chunk) if chunk else 1
+        # Without a chunk, each worker runs its block, of which min(n, P) are not empty.
+        return -(-n // chunk) if chunk else min(n, threads)
 
     def share(self, sim, w, index):
         n, chunk = sim.loops[index].n, self.params["chunk"]

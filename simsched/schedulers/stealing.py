@@ -67,6 +67,10 @@ class WorkStealing(Scheduler):
     def completion(self, sim, processes):
         return self.done
 
+    def min_chunks(self, n, threads):
+        # Ranges split until no more than the grain: every chunk is a leaf of at most that many iterations.
+        return -(-n // (self.params.get("grain") or default_grain(n, threads)))
+
     def grain(self, sim, index: int) -> int:
         """Leaf size of the binary splitting of loop ``index``."""
         if self.params.get("grain"):

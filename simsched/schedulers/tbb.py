@@ -65,6 +65,9 @@ class TbbFor(WorkStealing):
     def grain(self, sim, index: int) -> int:
         return self.params["grainsize"]
 
+    def min_chunks(self, n, threads):
+        return 1  # how far a range splits is the partitioner's: see TbbSimple
+
     def resumes(self, w: int) -> bool:
         if w == 0 and self.master_next:
             self.master_next = False
@@ -92,6 +95,9 @@ class TbbSimple(TbbFor):
 
     name = "tbb-simple"
     summary = "oneTBB parallel_for, simple_partitioner: binary splitting down to grainsize, work stealing"
+
+    def min_chunks(self, n, threads):
+        return -(-n // self.params["grainsize"])  # every leaf is at most grainsize
 
 
 class TbbAuto(TbbFor):

@@ -58,6 +58,22 @@ class Workload:
     def check(self) -> None:
         """Cross-parameter validation."""
 
+    def loop_sizes(self) -> list[tuple[int, int]] | None:
+        """The loops it puts in a program as (iterations, how many such loops), known before any is drawn.
+
+        Where the draw decides, the sizes are lower bounds; None when only reading its files
+        tells. The memory check of a run (``simsched.budget``) works from these before
+        drawing anything. By default: one loop of ``n`` iterations, for a workload of one
+        loop that has an ``n``.
+        """
+        if type(self).loops is Workload.loops and "n" in self.PARAMS:
+            return [(self.params["n"], 1)]
+        return None
+
+    def input_files(self) -> list[Path]:
+        """The user's files that the workload reads (none; a workload that reads files names them here)."""
+        return []
+
     @property
     def spec(self) -> str:
         return format_spec(self.name, {k: self.params[k] for k in self.given})
@@ -65,7 +81,12 @@ class Workload:
     def costs(self, rng: np.random.Generator) -> np.ndarray:
         """The loop's iteration costs in ns, checked finite and non-negative."""
         with np.errstate(all="ignore"):  # overflow shows up below as a clear error, not a warning
-            costs = np.asarray(self.generate(rng), dtype=float)
+            try:
+                costs = np.asarray(self.generate(rng), dtype=float)
+            except (ValueError, OverflowError) as exc:
+                # A distribution's parameter out of what NumPy can draw from (e.g. lavamd's particles=1e300).
+                message = f"workload {self.spec}: cannot draw its costs: {exc}"
+                raise SimschedError(message.splitlines()[0]) from None
         if not np.all(np.isfinite(costs)):
             raise SimschedError(f"workload {self.spec}: iteration costs must be finite")
         if np.any(costs < 0):
@@ -92,6 +113,8 @@ class Workload:
     def footprint_of(self, values, what: str) -> Footprint:
         """A footprint of bytes per iteration read from a file (``what`` names them), with this workload's data."""
         values = np.asarray(values)
+        if values.dtype.kind not in "iufO":
+            raise SimschedError(f"{what} must hold whole numbers >= 0, not {_kind_of(values)} values")
         if values.dtype.kind not in "iu":
             values = np.asarray(values, dtype=float)
             if not np.all(np.isfinite(values)) or np.any(values != np.round(values)):
@@ -204,6 +227,9 @@ class FileCosts(Workload):
         if not self.params["path"]:
             raise SimschedError("workload file: parameter path= is required")
 
+    def input_files(self):
+        return [Path(self.params["path"])]
+
     def footprint(self, n):
         if self.file_bytes is None:
             return super().footprint(n)
@@ -231,6 +257,12 @@ class FileCosts(Workload):
                         if _is_number(frame.columns[0]) else frame.iloc[:, 0].to_numpy()
                 else:
                     raise SimschedError(f"workload file: {path} needs one column or a cost_ns column")
+            costs = np.asarray(costs)
+            # True/False, complex, text, time and record values are no costs: converting them would invent
+            # some. (A CSV's text that pandas left unparsed is refused below, naming the value.)
+            if costs.dtype.kind not in "iufO":
+                raise SimschedError(f"workload file: {path} holds {_kind_of(costs)} values; costs must be "
+                                    "real numbers (integers or floats)")
             costs = np.asarray(costs, dtype=float)
             if costs.ndim != 1:
                 raise SimschedError(f"workload file: {path} holds a {costs.ndim}-D array of shape "
@@ -264,6 +296,14 @@ class Nested(Workload):
     def generate(self, rng):
         p = self.params
         return rng.integers(1, p["r_max"] + 1, p["n"]) * p["unit_us"] * 1e3
+
+    def loop_sizes(self):
+        p = self.params
+        # Iterations i with step * i < inner_end have inner loops: the first is the largest, the rest >= 1.
+        if p["step"] == 0:
+            return [(p["n"], 1), (p["inner_end"], p["n"])]
+        inner = min(p["n"], -(-p["inner_end"] // p["step"]))
+        return [(p["n"], 1), (p["inner_end"], 1)] + ([(1, inner - 1)] if inner > 1 else [])
 
     def loops(self, rng):
         p = self.params
@@ -306,6 +346,10 @@ class BlockMatmul(Workload):
         blocks = self.params["d"] // self.params["b"]
         return np.full(blocks * blocks, self.block_ns())
 
+    def loop_sizes(self):
+        blocks = self.params["d"] // self.params["b"]
+        return [(blocks * blocks, blocks)]
+
     def loops(self, rng):
         loop = Loop(self.costs(rng))
         return [loop] * (self.params["d"] // self.params["b"])
@@ -339,6 +383,15 @@ class Arrays(Workload):
         return np.maximum(np.round(ramp / ELEMENT_BYTES), 1).astype(np.int64) * ELEMENT_BYTES
 
 
+# What an array holds, by its dtype's kind, in words (kinds that are not numbers).
+_KINDS = {"b": "true/false", "c": "complex", "U": "text", "S": "text", "M": "date", "m": "time span",
+          "V": "record"}
+
+
+def _kind_of(values: np.ndarray) -> str:
+    return f"{_KINDS.get(values.dtype.kind, 'non-numeric')} ({values.dtype})"
+
+
 def _is_number(text) -> bool:
     try:
         float(text)
@@ -360,6 +413,9 @@ class ArrayWorkload(Workload):
     @property
     def spec(self):
         return f"array:n={self._costs.size}"
+
+    def loop_sizes(self):
+        return [(self._costs.size, 1)]
 
     def generate(self, rng):
         return self._costs

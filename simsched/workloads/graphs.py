@@ -279,6 +279,17 @@ class GraphWorkload(ProgramWorkload):
         check_graph_params(_graph_keys(params), f"workload {self.name}")
         super().__init__(**params)
 
+    def input_files(self):
+        graph = self.params["graph"]
+        return [] if graph in GENERATORS else [Path(graph)]
+
+    def vertices(self) -> int | None:
+        """The vertices of a generated graph (None for a file's, known once it is read)."""
+        graph = self.params["graph"]
+        if graph not in GENERATORS:
+            return None
+        return 2 ** self.params["scale"] if graph == "rmat" else self.params["n"]
+
     def graph(self, rng: np.random.Generator) -> sp.csr_matrix:
         """The workload's graph, drawn from the run's generator."""
         return build_graph(_graph_keys(self.given), rng)
@@ -321,6 +332,9 @@ class PageRank(GraphWorkload):
               "base_ns": _cost("base_ns", 10.0, "per vertex"),
               "edge_ns": _cost("edge_ns", 10.0, "per in-edge")}
 
+    def loop_sizes(self):
+        return [(self.vertices() or 1, self.params["iters"])]  # a file's graph: at least one vertex
+
     def loop_costs(self, rng):
         graph = self.graph(rng)
         in_degree = np.bincount(graph.indices, minlength=graph.shape[0])
@@ -336,6 +350,9 @@ class ConnectedComponents(GraphWorkload):
     PARAMS = {**GRAPH_PARAMS,
               "base_ns": _cost("base_ns", 10.0, "per vertex"),
               "edge_ns": _cost("edge_ns", 10.0, "per edge (either direction)")}
+
+    def loop_sizes(self):
+        return [(self.vertices() or 1, 1)]  # at least one round; a file's graph: at least one vertex
 
     def loop_costs(self, rng):
         graph = undirected(self.graph(rng))

@@ -94,6 +94,9 @@ class KMeans(ProgramWorkload):
         if p["clusters"] > p["points"]:
             raise SimschedError(f"workload kmeans: clusters={p['clusters']} must be <= points={p['points']}")
 
+    def loop_sizes(self):
+        return [(self.params["points"], self.params["iters"])]
+
     def point_set(self, rng: np.random.Generator) -> np.ndarray:
         """The points, (points, 2), blob by blob."""
         p = self.params

@@ -64,6 +64,9 @@ class LavaMD(Workload):
         density = rng.gamma(1 / spread ** 2, spread ** 2, (d, d, d)) if spread > 0 else np.ones((d, d, d))
         return rng.poisson(p["particles"] * density).astype(float)
 
+    def loop_sizes(self):
+        return [(self.params["boxes"], 1)]
+
     def generate(self, rng):
         counts = self.particle_counts(rng)
         return (counts * neighbourhood_sums(counts)).ravel() * self.params["pair_ns"]

@@ -29,6 +29,12 @@ LOGNORMAL_SIGMA = 1.0  # of log(row length): a CV of about 1.3, a moderate tail
 POWERLAW_GAMMA = 2.2   # P(length >= k) ~ k**-(gamma - 1): a few rows hold hundreds or thousands of nonzeros
 
 
+def names_shipped(text: str) -> bool:
+    """Whether a ``matrix=`` value names a shipped matrix (no folder, no suffix) rather than a file."""
+    path = Path(text)
+    return len(path.parts) == 1 and not path.suffix
+
+
 def read_matrix(path_or_name: "str | Path") -> sp.csr_matrix:
     """A Matrix Market file as CSR, or a shipped matrix by name (a value with no folder and no suffix)."""
     import scipy.sparse as sp
@@ -36,7 +42,7 @@ def read_matrix(path_or_name: "str | Path") -> sp.csr_matrix:
     if not text:
         raise SimschedError("matrix: empty name (give a shipped matrix, " + ", ".join(KINDS) + ", or a .mtx file)")
     path = Path(text)
-    if isinstance(path_or_name, str) and len(path.parts) == 1 and not path.suffix:
+    if isinstance(path_or_name, str) and names_shipped(text):
         if text not in KINDS:
             raise SimschedError(f"matrix: unknown matrix {text!r} (shipped: {', '.join(KINDS)}; or the path of "
                                 "a Matrix Market file)")
@@ -153,6 +159,14 @@ class SpMV(ProgramWorkload):
             raise SimschedError("workload spmv: give matrix= (read a matrix) or rows= (draw row lengths), not both")
         if drawn and "rows" not in self.given:
             raise SimschedError(f"workload spmv: {drawn[0]}= applies to drawn row lengths: give rows= too")
+
+    def input_files(self):
+        matrix = self.params["matrix"]
+        return [] if "rows" in self.given or not matrix or names_shipped(matrix) else [Path(matrix)]
+
+    def loop_sizes(self):
+        # Drawn rows are known up front; a matrix's only once it is read (at least one).
+        return [(self.params["rows"] if "rows" in self.given else 1, self.params["iters"])]
 
     def loop_costs(self, rng):
         p = self.params

@@ -374,6 +374,9 @@ class Trace(Workload):
         if not self.params["path"]:
             raise SimschedError("workload trace: parameter path= is required")
 
+    def input_files(self):
+        return [Path(self.params["path"])]
+
     def generate(self, rng):
         loops = self.loops(rng)
         if len(loops) > 1:

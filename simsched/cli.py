@@ -554,7 +554,7 @@ def _write_chunks(result, chunks: Path | None, source: str = "simulated") -> Non
 
 
 def cmd_native(args) -> int:
-    from .sweep import signals_interrupt
+    from .signals import signals_interrupt
 
     # SIGINT and SIGTERM stop the threads within milliseconds (the runtime watches for them) and exit 128 +
     # the signal with one line; without a handler SIGTERM would kill the process silently.

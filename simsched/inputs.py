@@ -1,4 +1,5 @@
-"""The files a sweep's points read (machine, cost, trace, matrix and graph files), recorded by content hash.
+"""The files a sweep's points read (machine, cost, trace, matrix and graph files, the source of a scheduler or
+workload class registered from outside simsched), recorded by content hash.
 
 A saved point is only as current as the files it read, so each row records, as its
 ``inputs``, a JSON object of each such file (as the spec names it) and a hash of its
@@ -21,14 +22,35 @@ _BLOCK = 1 << 20
 
 
 def _files_of(kind: str, spec: Any) -> list[Path]:
-    """The user's files that the machine or workload ``spec`` reads."""
+    """The user's files that the machine, scheduler or workload ``spec`` reads, and the source file of a
+    scheduler or workload class registered from outside simsched (its code is an input as much as its data)."""
     if kind == "machine":
         from .machine import machine_files
 
         return machine_files(spec)
+    if kind == "scheduler":
+        from .schedulers import get_scheduler
+
+        return _user_source(get_scheduler(spec))
     from .workloads import get_workload
 
-    return get_workload(spec).input_files()
+    workload = get_workload(spec)
+    return [*workload.input_files(), *_user_source(workload)]
+
+
+def _user_source(obj: Any) -> list[Path]:
+    """The file defining ``obj``'s class when that class is not simsched's own ([] for simsched's)."""
+    import inspect
+
+    cls = type(obj)
+    if cls.__module__ == "simsched" or cls.__module__.startswith("simsched."):
+        return []  # changes only with simsched itself
+    try:
+        source = inspect.getsourcefile(cls)
+    except TypeError:  # its module is not imported by name: the file its methods were compiled from
+        files = {value.__code__.co_filename for value in vars(cls).values() if inspect.isfunction(value)}
+        source = next(iter(files)) if len(files) == 1 else None
+    return [Path(source)] if source and Path(source).is_file() else []  # none for an interactive session
 
 
 def content_hash(path: Path) -> str:
@@ -51,7 +73,7 @@ class InputFiles:
     def record(self, point: dict[str, Any]) -> str:
         """The point's ``inputs``: a JSON object of file -> content hash, or '' when it reads no file."""
         files: dict[str, str] = {}
-        for kind in ("machine", "workload"):
+        for kind in ("machine", "scheduler", "workload"):
             spec = point[kind]
             key = (kind, spec if isinstance(spec, str) else f"object {id(spec)}")  # an object made in Python
             if key not in self._records:

@@ -134,8 +134,12 @@ class ProcessPool:
     def __init__(self, jobs: int):
         from concurrent.futures import ProcessPoolExecutor
 
-        self.executor = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_start,
-                                            initargs=(os.getpid(),))
+        import multiprocessing
+
+        # Forked workers: _worker_start ties each to this process, its parent (under spawn or forkserver
+        # their parent would be a server process, not the sweep).
+        self.executor = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_start, initargs=(os.getpid(),),
+                                            mp_context=multiprocessing.get_context("fork"))
 
     def run(self, task: Task, items: Sequence[Any]) -> Iterator[tuple[int, dict[str, Any] | None]]:
         from concurrent.futures import as_completed

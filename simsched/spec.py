@@ -10,8 +10,8 @@ from .errors import SimschedError
 
 
 # The largest magnitude of an integer parameter: every count and size a component takes stays far below
-# it, and within it sums and products of a few such values still fit the 64-bit integers of arrays and
-# compiled code.
+# it, it converts to a float exactly, and sums of many such values still fit the 64-bit integers of arrays
+# and compiled code.
 MAX_INT = 2**53
 
 

@@ -244,11 +244,10 @@ class ResultsFolder:
     def save_config(self, config: Path | None) -> None:
         """Keep a copy of the experiment file beside its results (``fit``, ``rank`` and ``plot`` read it)."""
         if config is not None and config.resolve() != (self.path / "experiment.toml").resolve():
-            copy = self.path / "experiment.toml"
-            try:
-                shutil.copyfile(config, copy)
-            except OSError as exc:
-                raise SimschedError(f"cannot write {copy}: {exc.strerror or exc}") from None
+            from .output import write_whole
+
+            # Whole or not at all: fit, rank and plot read it later.
+            write_whole(self.path / "experiment.toml", lambda partial: shutil.copyfile(config, partial))
 
 
 def _row(line: bytes) -> dict[str, Any] | None:

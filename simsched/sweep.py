@@ -13,7 +13,6 @@ import re
 import time
 import tomllib
 import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import pandas as pd
 
 from . import __version__
 from .errors import Interrupted, SimschedError, parquet
+from .signals import signals_held, signals_interrupt
 from .spec import format_spec, parse_spec
 from .store import point_id
 
@@ -587,20 +587,25 @@ def run_sweep(experiment: Experiment, jobs: int | None = None, progress: bool = 
     def current(key: str, row: dict[str, Any]) -> bool:
         return key in inputs and not changed_files(row.get("inputs"), inputs[key])
 
+    journal = None
     if folder is not None:
         earlier = folder.claim(experiment.name, experiment_fingerprint(experiment.name, ids), len(points), force)
-        if earlier is not None:
-            warnings.warn(f"{folder.path}: resuming points saved by simsched {earlier} with simsched "
-                          f"{__version__}; use --force to recompute them all", stacklevel=2)
-        folder.save_config(experiment.path)
-        saved = folder.finished()
-        stale = {k: changed for k, row in saved.items()
-                 if k in inputs and (changed := changed_files(row.get("inputs"), inputs[k]))}
-        done = {k: row for k, row in saved.items()
-                if k not in stale and not (retry_failed and row.get("error"))}
+        try:
+            if earlier is not None:
+                warnings.warn(f"{folder.path}: resuming points saved by simsched {earlier} with simsched "
+                              f"{__version__}; use --force to recompute them all", stacklevel=2)
+            folder.save_config(experiment.path)
+            saved = folder.finished()
+            stale = {k: changed for k, row in saved.items()
+                     if k in inputs and (changed := changed_files(row.get("inputs"), inputs[k]))}
+            done = {k: row for k, row in saved.items()
+                    if k not in stale and not (retry_failed and row.get("error"))}
+            journal = folder.open_journal()
+        except BaseException:
+            folder.abandon()  # refused before anything ran: a folder this claim made goes again
+            raise
     kept_failed = sum(bool(row.get("error")) for row in done.values())
     todo = [i for i, key in enumerate(ids) if key not in done]
-    journal = folder.open_journal() if folder is not None else None
     saved_before = len(points) - len(todo)
     bar = _progress(len(points), experiment.name, progress, initial=saved_before)
     interrupted: Interrupted | None = None
@@ -617,7 +622,7 @@ def run_sweep(experiment: Experiment, jobs: int | None = None, progress: bool = 
             journal.record(row)
     try:
         with signals_interrupt() as fired:
-            with _signals_held():
+            with signals_held():
                 pool = open_pool(jobs, dask)
             while todo:
                 batch, todo = _next_batch(points, ids, todo, done, keep)
@@ -646,7 +651,11 @@ def run_sweep(experiment: Experiment, jobs: int | None = None, progress: bool = 
     if folder is not None:
         # The rows exactly as saved, so a resumed sweep equals a fresh one; a stale row a stopped
         # sweep had not yet recomputed is left out.
-        done = {k: row for k, row in folder.finished().items() if current(k, row)}
+        try:
+            done = {k: row for k, row in folder.finished().items() if current(k, row)}
+        except BaseException:
+            folder.release()
+            raise
     frame = pd.DataFrame([done[k] for k in ids if k in done])
     frame.insert(0, "experiment", experiment.name)
     frame.attrs.update(points=len(points), saved_before=saved_before, lost=lost, reused=reused,
@@ -702,48 +711,6 @@ def _next_batch(points, ids, todo, done, keep):
 def _holds_for_every_seed(row: dict[str, Any]) -> bool:
     """Whether a finished row's run drew nothing from its generator (rows saved before this was recorded: no)."""
     return not row.get("error") and row.get("seed_independent") is True
-
-
-@contextmanager
-def _signals_held():
-    """Hold SIGINT and SIGTERM until the block ends, where a held one takes effect.
-
-    Processes started meanwhile (a Dask cluster's) inherit the held signals, so a Ctrl-C that
-    reaches the whole process group stops only this process, which then closes the cluster whole.
-    """
-    import signal
-
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
-
-
-@contextmanager
-def signals_interrupt():
-    """Turn the first SIGINT or SIGTERM into :class:`Interrupted` (later ones wait for the clean-up)."""
-    import signal
-    import threading
-
-    fired: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield fired
-        return
-
-    def handler(signum, frame):
-        if not fired:
-            fired.append(signum)
-            raise Interrupted(signum)
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield fired
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-    if fired:  # the handler raised where the exception is swallowed (a __del__, a callback): raise it here
-        raise Interrupted(fired[0])
 
 
 def _progress(total, name, enabled, initial=0):

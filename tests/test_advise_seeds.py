@@ -127,8 +127,9 @@ def run_cli(*args) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--seeds", "0"], ("seeds must be an integer >= 1", "0")),
-    (["--seeds", "-2"], ("seeds must be an integer >= 1", "-2")),
+    (["--seeds", "0"], ("seeds must be an integer from 1 to 1000", "0")),
+    (["--seeds", "-2"], ("seeds must be an integer from 1 to 1000", "-2")),
+    (["--seeds", "100000000"], ("seeds must be an integer from 1 to 1000", "100000000")),
     (["--seeds", "two"], ("--seeds", "expected an integer", "two")),
     (["--seed", "-1", "--seeds", "2"], ("seed must be an integer >= 0", "-1")),
 ])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import resource
 import signal
 import subprocess
 import sys
@@ -154,6 +153,21 @@ def test_calibrate_with_force_writes_doubtful_figures_marked_and_warns(tmp_path,
 
 
 @needs_native
+def test_calibrate_refuses_a_figure_no_host_shows_however_quiet_it_looked(tmp_path, capsys, quick_calibration,
+                                                                          monkeypatch):
+    quick_calibration(QUIET, QUIET)
+    # A bound below any real chunk claim stands in for a chunk cost measured at microseconds.
+    monkeypatch.setitem(calibrate.IMPLAUSIBLE, "chunk_ns", 0.001)
+    out = tmp_path / "host.toml"
+    assert main(["native", "calibrate", "--out", str(out), "--threads", "1", "--rounds", "100"]) == 2
+    err = capsys.readouterr().err
+    assert not out.exists()
+    last = err.splitlines()[-1]
+    assert last.startswith("simsched: error: the measured figures are doubtful: the chunk cost, ") and \
+        "ns, is past the 0.001 ns no shared-memory host shows" in last, last
+
+
+@needs_native
 def test_calibrate_on_a_quiet_host_writes_its_load_and_no_doubt(tmp_path, capsys, quick_calibration):
     quick_calibration(QUIET, QUIET)
     out = tmp_path / "host.toml"
@@ -207,15 +221,20 @@ def test_a_native_run_too_big_for_any_memory_is_one_line_and_writes_nothing(tmp_
 def test_a_native_run_is_refused_before_its_costs_are_drawn(monkeypatch, capsys):
     from simsched import chunks
 
+    from simsched.workloads import Workload
+
     monkeypatch.setattr(chunks, "memory_bytes", lambda: 1 << 30)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+    def draw(self, rng):
+        raise AssertionError("the costs were drawn before the memory was checked")
+
+    monkeypatch.setattr(Workload, "costs", draw)
     # 10^8 iterations' costs take about 3 GiB to draw: more than the 1 GiB said to be available.
     assert main(["native", "run", "--scheduler", "omp-static", "--threads", "1", "--workload",
                  "uforall:n=100000000"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "1 loop(s) of 100000000 iterations" in err
     assert f"1.0 GiB is available here and a run takes at most {chunks.MEMORY_SHARE:.0%} of it" in err
-    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 * 1024   # KiB: nothing was drawn
 
 
 @needs_native

@@ -194,6 +194,15 @@ def test_a_carriage_return_between_a_rows_fields_is_json_whitespace_and_loses_no
     pd.testing.assert_frame_equal(figures(folder), figures(reference))
 
 
+def test_a_full_disk_while_the_config_is_copied_leaves_no_part_of_it_and_no_folder(tmp_path):
+    # A config longer than the file-size limit: its copy beside the results is the first write to fail.
+    config = write(tmp_path, SMALL.replace("NAME", "small") + "# padding\n" * 400)
+    proc = cli_limited(2000, "sweep", config, "--jobs", "1", "--out", "new/o", cwd=tmp_path)
+    line = one_error(proc)
+    assert "experiment.toml" in line and "File too large" in line, line
+    assert not (tmp_path / "new").exists()
+
+
 def test_a_full_disk_while_the_journal_is_written_stops_with_one_line_and_whole_rows(reference, tmp_path):
     config = write(tmp_path, SMALL.replace("NAME", "small"))
     folder = tmp_path / "results" / "small"
@@ -201,7 +210,7 @@ def test_a_full_disk_while_the_journal_is_written_stops_with_one_line_and_whole_
     limit = 4 * len(_lines(reference)[0]) + 100
     proc = cli_limited(limit, "sweep", config, "--jobs", "2", cwd=tmp_path)
     line = one_error(proc)
-    assert line.startswith(f"simsched: error: cannot write results/small/runs.jsonl: File too large; "
+    assert line.startswith("simsched: error: cannot write results/small/runs.jsonl: File too large; "
                            "the points saved before are kept")
     data = (folder / "runs.jsonl").read_bytes()
     assert data.endswith(b"\n") and all(json.loads(row)["error"] == "" for row in data.splitlines())

@@ -167,6 +167,47 @@ def test_a_registered_workload_names_its_files_and_is_recomputed_when_they_chang
     assert results().loc["from-data", "makespan_ns"] > 2 * before
 
 
+PLUGIN = """\
+import numpy as np
+from simsched.workloads import Workload
+
+
+class Flat(Workload):
+    \"\"\"A user's workload in a file of its own: every iteration costs COST ns.\"\"\"
+
+    name = "flat-plugin"
+    TOUCHES_DATA = False
+    PARAMS = {{}}
+
+    def generate(self, rng):
+        return np.full(64, {cost})
+"""
+
+
+def load_plugin(path: Path, cost: float, monkeypatch) -> None:
+    """Write the plugin with this cost, import it afresh and register its workload."""
+    import importlib.util
+
+    path.write_text(PLUGIN.format(cost=cost))
+    spec = importlib.util.spec_from_file_location(f"flat_plugin_{int(cost)}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(REGISTRY, module.Flat.name, module.Flat)
+
+
+def test_an_edited_plugin_recomputes_the_points_that_use_it(folder, capsys, monkeypatch):
+    load_plugin(folder / "flat_plugin.py", 1000.0, monkeypatch)
+    (folder / "exp.toml").write_text(FILES.split("workload =")[0] + 'workload = "flat-plugin"\n')
+    assert sweep_cli(capsys)[0] == 0
+    before = results().loc["flat-plugin", "makespan_ns"]
+    load_plugin(folder / "flat_plugin.py", 3000.0, monkeypatch)
+    status, out, _ = sweep_cli(capsys)
+    assert status == 0 and saved_counts(out) == (0, 1)
+    assert "1 saved point recomputed because input files changed since they were saved: " in out
+    assert out.rstrip().endswith("flat_plugin.py")
+    assert results().loc["flat-plugin", "makespan_ns"] > 2 * before
+
+
 def test_rows_saved_without_a_record_of_their_files_are_recomputed(folder, capsys):
     (folder / "exp.toml").write_text(FILES.replace('"m.toml"', '"uniform:cores=8"'))
     assert sweep_cli(capsys)[0] == 0

@@ -24,6 +24,8 @@ DEFAULT_SCHEDULERS = ("omp-static", "omp-dynamic:chunk=1", "omp-guided:chunk=1",
 # One seed's draw of costs and races can reorder candidates whose means are a few percent apart;
 # five seeds show that spread at five times one seed's cost, which is still seconds for most programs.
 DEFAULT_SEEDS = 5
+# Each seed simulates every loop under every candidate: past this, a study is a sweep's work.
+MAX_SEEDS = 1000
 
 
 def split_schedulers(text: str) -> list[str]:
@@ -212,8 +214,8 @@ def advise(machine, program: str, threads: int, schedulers: list[str] | None = N
     run_generator(seed)  # a bad seed is refused before anything runs
     chosen = seeds is not None
     seeds = DEFAULT_SEEDS if seeds is None else seeds
-    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
-        raise SimschedError(f"seeds must be an integer >= 1, got {seeds!r}")
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or not 1 <= seeds <= MAX_SEEDS:
+        raise SimschedError(f"seeds must be an integer from 1 to {MAX_SEEDS}, got {seeds!r}")
     candidates = list(DEFAULT_SCHEDULERS if schedulers is None else schedulers)
     if not candidates:
         raise SimschedError("no candidate schedulers")

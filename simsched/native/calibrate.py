@@ -66,6 +66,10 @@ PINGPONG_TRIES = 5
 PINGPONG_BATCH = 100
 # A probe whose tries' low percentiles are further apart than this measured something besides the hardware.
 TRIES_APART = 1.5
+# Upper bounds no healthy shared-memory host reaches: a one-way cache-line transfer across the sockets of the
+# largest machines modeled here is a few hundred ns (machines/*.toml), and a chunk claim is one atomic and a
+# few stores (tens of ns).
+IMPLAUSIBLE = {"latency_ns": 2000.0, "chunk_ns": 1000.0}
 # The fetch-and-add probe, for each number of contending threads: tries of so many operations on one line.
 ATOMIC_TRIES = 10
 ATOMIC_OPS = 20000
@@ -222,6 +226,11 @@ def measure(threads: int | None = None, rounds: int = 20000, progress=print) -> 
         progress(f"while measuring: {load.describe()}")
         if load.busy():
             doubts.insert(0, load.busy())
+    # However quiet the host looked, a figure past what any shared-memory machine shows is no measurement.
+    for name, value, limit in (("one-way latency", float(matrix.max()), IMPLAUSIBLE["latency_ns"]),
+                               ("chunk cost", per_chunk.value, IMPLAUSIBLE["chunk_ns"])):
+        if value > limit:
+            doubts.append(f"the {name}, {value:.4g} ns, is past the {limit:g} ns no shared-memory host shows")
     return {"cpus": cpus, "rounds": rounds, "batch": batch, "matrix": matrix, "cas": cas,
             "fetch_add": [f.value for f in fetch_add], "wakeup": wakeup.value, "clock_read": clock_read.value,
             "per_chunk": per_chunk.value, "per_loop": per_loop.value, "ghz": ghz,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .chunks import BYTES_PER_CHUNK, MEMORY_SHARE, memory_bytes, too_many_chunks
+from .chunks import BYTES_PER_CHUNK, memory_room, too_many_chunks
 from .errors import SimschedError
 
 # Peak memory a loop's iteration costs when it is drawn (the costs and their prefix sums, and the
@@ -38,11 +38,9 @@ def check_memory(scheduler, sizes: Iterable[tuple[int, int]], threads: int, keep
     fixed = drawing + BYTES_PER_LOOP * loops
     table = BYTES_PER_CHUNK * chunks if keep_chunks else 0
     trace = BYTES_PER_TIMELINE_CHUNK * chunks if timeline else 0
-    available = memory_bytes()
-    limit = MEMORY_SHARE * available
+    limit, room = memory_room()
     if fixed + table + trace <= limit:
         return
-    room = f"more than {MEMORY_SHARE:.0%} of the {_gib(available)} of memory available here"
     if fixed > limit:
         largest = max(n for n, count in sizes if count)
         raise SimschedError(f"a run of {loops} loop(s), the largest of {largest} iteration(s) or more, "

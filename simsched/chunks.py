@@ -72,12 +72,17 @@ def chunk_limit() -> int:
     return int(memory_bytes() * MEMORY_SHARE) // BYTES_PER_CHUNK
 
 
+def memory_room() -> tuple[float, str]:
+    """The bytes a run may take here (``MEMORY_SHARE`` of ``memory_bytes()``), and how a refusal words it."""
+    available = memory_bytes()
+    return (MEMORY_SHARE * available,
+            f"more than {MEMORY_SHARE:.0%} of the {available / 2**30:.1f} GiB of memory available here")
+
+
 def too_many_chunks(chunks: int, how: str) -> SimschedError:
     """The one-line error for a chunk table that would not fit memory."""
-    gib = memory_bytes() / 2**30
     return SimschedError(f"{how} {chunks} chunks; their table needs about "
-                         f"{chunks * BYTES_PER_CHUNK / 2**30:.1f} GiB, more than {MEMORY_SHARE:.0%} of the "
-                         f"{gib:.1f} GiB of memory available here; {NO_TABLE_HINT}")
+                         f"{chunks * BYTES_PER_CHUNK / 2**30:.1f} GiB, {memory_room()[1]}; {NO_TABLE_HINT}")
 
 
 class Coverage:

@@ -26,10 +26,10 @@ CONNECT_TIMEOUT_S = 5.0
 
 
 def open_pool(jobs: int = 1, dask: str | None = None) -> "SerialPool | ProcessPool | DaskPool":
-    """The pool a sweep runs on: Dask when ``dask`` names a cluster, else ``jobs`` local processes."""
+    """The pool a sweep runs on: Dask when ``dask`` names a cluster, else ``jobs`` local processes
+    (both as ``check_pool`` accepted them)."""
     if dask is not None:
         return DaskPool(dask)
-    check_jobs(jobs)
     return SerialPool() if jobs == 1 else ProcessPool(jobs)
 
 
@@ -196,7 +196,6 @@ class DaskPool:
         except ImportError:
             raise SimschedError("--dask needs dask.distributed: pip install 'simsched[dask]'") from None
         self.cluster = None
-        _check_dask_address(address)
         if address.startswith("local:"):
             count = address.partition(":")[2]
             # Only critical logs: a worker of this cluster that loses its heartbeat while the cluster

@@ -213,7 +213,7 @@ def test_a_native_run_too_big_for_any_memory_is_one_line_and_writes_nothing(tmp_
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("simsched: error: native mode: 1000000 loop(s) of 2147483647 iterations "
                                   "(2147483647000000 chunk records) would need about ")
-    assert "GiB is available here" in proc.stderr
+    assert "GiB of memory available here" in proc.stderr
     assert time.monotonic() - start < 60
 
 
@@ -234,7 +234,7 @@ def test_a_native_run_is_refused_before_its_costs_are_drawn(monkeypatch, capsys)
                  "uforall:n=100000000"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "1 loop(s) of 100000000 iterations" in err
-    assert f"1.0 GiB is available here and a run takes at most {chunks.MEMORY_SHARE:.0%} of it" in err
+    assert f"more than {chunks.MEMORY_SHARE:.0%} of the 1.0 GiB of memory available here" in err
 
 
 @needs_native

@@ -183,15 +183,13 @@ def expected_chunks(share: str, chunk: int, sizes, loops: int, threads: int) -> 
 
 def check_memory(need: int, what: str) -> None:
     """Refuse, in one line, a run that would need more of the memory available here than a simulated run may
-    take (the simulator's budget: ``chunks.MEMORY_SHARE`` of ``chunks.memory_bytes()``)."""
-    from .. import chunks
+    take (the simulator's budget, ``chunks.memory_room``)."""
+    from ..chunks import memory_room
 
-    free = chunks.memory_bytes()
-    if need > chunks.MEMORY_SHARE * free:
-        raise SimschedError(f"native mode: {what} would need about {need / 2**30:.1f} GiB of memory; "
-                            f"{free / 2**30:.1f} GiB is available here and a run takes at most "
-                            f"{chunks.MEMORY_SHARE:.0%} of it: run fewer iterations or loops, or larger "
-                            "chunks")
+    limit, room = memory_room()
+    if need > limit:
+        raise SimschedError(f"native mode: {what} would need about {need / 2**30:.1f} GiB of memory, {room}: "
+                            "run fewer iterations or loops, or larger chunks")
 
 
 def _iterations(spec) -> int:

@@ -324,31 +324,39 @@ static PyTypeObject ClaimsType = {
 };
 
 /* iCh's policy (simsched.schedulers.ich.ICh: report, chunk_size, extra), on the scheduler's own lists
- * of every thread's k, d and unreported change, so that its Python methods (a take after a thief
- * touched the queue, a steal) see what these steps change, and the reverse. */
+ * of every thread's k, d and chunks since its last read of the counters, so that its Python methods (a
+ * take after a thief touched the queue, a steal) see what these steps change, and the reverse. */
 typedef struct {
-    PyObject *total, *k, *d, *unreported, *counters, *into, *notify, *halved, *doubled;
+    PyObject *counter, *k, *d, *since, *counters, *into, *lat, *notify, *halved, *doubled;
     double eps;
-    long long n;
+    long long every, n, overlap;
+    double *flight;   /* completions of the reads in flight (Memory.read_all's heap, as a plain array) */
 } Adaptive;
 
 static void Adaptive_clear(Adaptive *ich) {
-    Py_XDECREF(ich->total); Py_XDECREF(ich->k); Py_XDECREF(ich->d); Py_XDECREF(ich->unreported);
-    Py_XDECREF(ich->counters); Py_XDECREF(ich->into); Py_XDECREF(ich->notify); Py_XDECREF(ich->halved);
-    Py_XDECREF(ich->doubled);
+    Py_XDECREF(ich->counter); Py_XDECREF(ich->k); Py_XDECREF(ich->d); Py_XDECREF(ich->since);
+    Py_XDECREF(ich->counters); Py_XDECREF(ich->into); Py_XDECREF(ich->lat); Py_XDECREF(ich->notify);
+    Py_XDECREF(ich->halved); Py_XDECREF(ich->doubled);
+    PyMem_Free(ich->flight);
 }
 
 static int Adaptive_init(Adaptive *ich, PyObject *spec) {
-    PyObject *total, *k, *d, *unreported, *counters, *into, *notify;
-    if (!PyArg_ParseTuple(spec, "OOOOOdLOO:adaptive", &total, &k, &d, &unreported, &counters, &ich->eps, &ich->n,
-                          &into, &notify))
+    PyObject *counter, *k, *d, *since, *counters, *into, *lat, *notify;
+    if (!PyArg_ParseTuple(spec, "OOOOOdLLLOOO:adaptive", &counter, &k, &d, &since, &counters, &ich->eps,
+                          &ich->every, &ich->n, &ich->overlap, &into, &lat, &notify))
         return -1;
-    if (!PyList_Check(k) || !PyList_Check(d) || !PyList_Check(unreported) || !PyList_Check(into)) {
-        PyErr_SetString(PyExc_TypeError, "adaptive: k, d, unreported and into must be lists");
+    if (!PyList_Check(counter) || !PyList_Check(k) || !PyList_Check(d) || !PyList_Check(since)
+        || !PyList_Check(into) || !PyList_Check(lat)) {
+        PyErr_SetString(PyExc_TypeError, "adaptive: counter, k, d, since, into and lat must be lists");
         return -1;
     }
-    PyObject **fields[] = {&ich->total, &ich->k, &ich->d, &ich->unreported, &ich->counters, &ich->into, &ich->notify};
-    PyObject *values[] = {total, k, d, unreported, counters, into, notify};
+    if (ich->every < 1 || ich->overlap < 1) {
+        PyErr_SetString(PyExc_ValueError, "adaptive: every and overlap must be at least 1");
+        return -1;
+    }
+    PyObject **fields[] = {&ich->counter, &ich->k, &ich->d, &ich->since, &ich->counters, &ich->into,
+                           &ich->lat, &ich->notify};
+    PyObject *values[] = {counter, k, d, since, counters, into, lat, notify};
     for (size_t f = 0; f < sizeof(values) / sizeof(values[0]); f++) {
         Py_INCREF(values[f]);
         *fields[f] = values[f];
@@ -356,7 +364,15 @@ static int Adaptive_init(Adaptive *ich, PyObject *spec) {
     if ((ich->halved = PyUnicode_InternFromString("d_halved")) == NULL
         || (ich->doubled = PyUnicode_InternFromString("d_doubled")) == NULL)
         return -1;
-    return bind_line(ich->total);
+    Py_ssize_t lines = PyList_GET_SIZE(counter);
+    if (ich->overlap > lines) ich->overlap = lines > 0 ? lines : 1;   /* never more in flight than lines */
+    if ((ich->flight = PyMem_Malloc((size_t)ich->overlap * sizeof(double))) == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t j = 0; j < lines; j++)
+        if (bind_line(PyList_GET_ITEM(counter, j)) < 0) return -1;
+    return 0;
 }
 
 static int item_long(PyObject *list, long long w, long long *out) {
@@ -381,24 +397,119 @@ static int count(PyObject *counters, PyObject *name) {  /* counters[name] += 1 *
     return rc;
 }
 
-/* ICh.report: worker w finished a chunk of ``size``; add its progress to the shared total (one
- * fetch-and-add at the current time) and adapt d against the mean. Sets *t to when it is done. */
+/* Item ``i`` of a list of floats (a transfer or latency row), as a double; -1 with an error set. */
+static int row_double(PyObject *row, long long i, double *out) {
+    if (i < 0 || i >= PyList_GET_SIZE(row)) {
+        PyErr_SetString(PyExc_IndexError, "line holder out of range");
+        return -1;
+    }
+    return as_double(PyList_GET_ITEM(row, i), out);
+}
+
+/* Memory.store of ``value`` (a new reference, taken over) on ``line`` by core w at ``now``: *done is the
+ * writer's completion. */
+static int store_line(PyObject *line, long long w, PyObject *worker, PyObject *value, double now,
+                      double store_ns, PyObject *notify, double *done) {
+    double free;
+    long long holder;
+    if (value == NULL || field_double(line, FREE_AT, &free) < 0 || field_long(line, HOLDER, &holder) < 0) {
+        Py_XDECREF(value);
+        return -1;
+    }
+    double start = free > now ? free : now;
+    if (set_field(line, VALUE, value) < 0) return -1;
+    PyObject *sharers = field(line, SHARERS);
+    if (sharers == NULL) return -1;
+    Py_ssize_t size = PySet_Size(sharers);
+    if (size < 0) return -1;
+    if (holder != w || size > 1) {
+        set_field_ref(line, HOLDER, worker);
+        if (set_field(line, SHARERS, set_of(worker)) < 0) return -1;
+    }
+    if (written(line, start) < 0) return -1;
+    PyObject *spinners = field(line, SPINNERS);
+    if (spinners == NULL) return -1;
+    int spinning = PyObject_IsTrue(spinners);
+    if (spinning < 0) return -1;
+    if (spinning) {
+        PyObject *r = PyObject_CallFunctionObjArgs(notify, line, worker, field(line, FREE_AT), NULL);
+        if (r == NULL) return -1;
+        Py_DECREF(r);
+    }
+    *done = start + store_ns;
+    return 0;
+}
+
+/* Memory.read of ``line`` by core w issued at ``at``: its value to *value, its completion to *done; a
+ * transfer counts in *transfers. ``into`` and ``lat``: the transfer time and latency from each core to w. */
+static int read_line(PyObject *line, long long w, PyObject *worker, double at, PyObject *into, PyObject *lat,
+                     long long *value, double *done, long long *transfers) {
+    double free;
+    if (field_double(line, FREE_AT, &free) < 0 || field_long(line, VALUE, value) < 0) return -1;
+    double start = free > at ? free : at;
+    PyObject *sharers = field(line, SHARERS);
+    if (sharers == NULL) return -1;
+    int has = PySet_Contains(sharers, worker);
+    if (has < 0) return -1;
+    if (has) {
+        *done = start;
+        return 0;
+    }
+    if (PySet_Add(sharers, worker) < 0) return -1;
+    *transfers += 1;
+    long long holder;
+    double transfer, latency, seen;
+    if (field_long(line, HOLDER, &holder) < 0 || row_double(into, holder, &transfer) < 0
+        || row_double(lat, holder, &latency) < 0 || field_double(line, WRITTEN_AT, &seen) < 0)
+        return -1;
+    double got = start + transfer;
+    seen += latency;
+    *done = got > seen ? got : seen;
+    return 0;
+}
+
+/* ICh.report: worker w finished a chunk of ``size``; store its k on its own counter line at the current
+ * time and, every ``every`` chunks, read every counter (Memory.read_all) and adapt d against the mean.
+ * Sets *t to when it is done. */
 static int Adaptive_report(Adaptive *ich, PyObject *env_dict, long long w, PyObject *worker, long long threads,
-                           double atomic_ns, long long size, double *t, long long *atomics, long long *transfers) {
-    long long unreported, old, k, d;
+                           double store_ns, long long size, double *t, long long *transfers) {
+    long long k, d, since;
     double now;
-    if (item_long(ich->unreported, w, &unreported) < 0 || set_item_long(ich->unreported, w, 0) < 0
-        || clock_now(env_dict, &now) < 0)
-        return -1;
-    long long change = size + unreported;
-    if (fetch_add(ich->total, w, worker, change, now, ich->into, atomic_ns, ich->notify, &old, t, transfers) < 0)
-        return -1;
-    *atomics += 1;
-    double mu = (double)(old + change) / (double)threads;   /* exact as Python's int / int below 2**53 */
-    double delta = ich->eps * mu;
-    if (item_long(ich->k, w, &k) < 0 || set_item_long(ich->k, w, k + size) < 0 || item_long(ich->d, w, &d) < 0)
-        return -1;
+    if (clock_now(env_dict, &now) < 0 || item_long(ich->k, w, &k) < 0) return -1;
     k += size;
+    if (set_item_long(ich->k, w, k) < 0) return -1;
+    PyObject *line = PyList_GetItem(ich->counter, (Py_ssize_t)w);
+    if (line == NULL
+        || store_line(line, w, worker, PyLong_FromLongLong(k), now, store_ns, ich->notify, t) < 0)
+        return -1;
+    if (item_long(ich->since, w, &since) < 0) return -1;
+    if (++since < ich->every) return set_item_long(ich->since, w, since);
+    if (set_item_long(ich->since, w, 0) < 0) return -1;
+    double at = *t, done = at;
+    long long total = 0, flying = 0;
+    Py_ssize_t lines = PyList_GET_SIZE(ich->counter);
+    for (Py_ssize_t j = 0; j < lines; j++) {
+        long long value, slot = flying;
+        double issue = at, got;
+        if (flying == ich->overlap) {   /* issued when the earliest read in flight is done */
+            slot = 0;
+            for (long long f = 1; f < flying; f++)
+                if (ich->flight[f] < ich->flight[slot]) slot = f;
+            issue = ich->flight[slot];
+        } else {
+            flying += 1;
+        }
+        if (read_line(PyList_GET_ITEM(ich->counter, j), w, worker, issue, ich->into, ich->lat, &value, &got,
+                      transfers) < 0)
+            return -1;
+        ich->flight[slot] = got;
+        total += value;
+        if (got > done) done = got;
+    }
+    *t = done;
+    double mu = (double)total / (double)threads;   /* exact as Python's int / int below 2**53 */
+    double delta = ich->eps * mu;
+    if (item_long(ich->d, w, &d) < 0) return -1;
     if ((double)k < mu - delta) {
         if (set_item_long(ich->d, w, d / 2 > 1 ? d / 2 : 1) < 0 || count(ich->counters, ich->halved) < 0) return -1;
     } else if ((double)k > mu + delta) {
@@ -556,8 +667,8 @@ static PyObject *Steals_next(Steals *self) {
     }
     for (;;) {
         if (self->size && self->adaptive) {
-            if (Adaptive_report(&self->ich, self->env_dict, self->w, self->sink.worker, self->threads, self->atomic_ns,
-                                self->size, &self->t, &self->atomics, &self->transfers) < 0)
+            if (Adaptive_report(&self->ich, self->env_dict, self->w, self->sink.worker, self->threads,
+                                self->store_ns, self->size, &self->t, &self->transfers) < 0)
                 return NULL;
         } else if (self->size && self->report != Py_None) {
             self->t = call_double(self->report, Py_BuildValue("(L)", self->size));

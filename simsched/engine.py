@@ -14,7 +14,8 @@ from simpy.events import Event
 from .budget import check_memory
 from .chunks import ChunkLog, chunk_limit, verify_exactly_once
 from .errors import SimschedError
-from .locality import DataState
+from .instrumentation import loop_slowdowns
+from .locality import DataState, only_optional, without_optional
 from .loop import Loop, check_total
 from .machine import Machine, load_machine
 from .memory import Memory, Wait, fire_at
@@ -34,6 +35,13 @@ def run_generator(seed) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
+def generator_position(rng: np.random.Generator) -> tuple:
+    """How far a run's generator has been used: its state, and how many child streams it has spawned."""
+    # Spawning a stream (each core's noise) leaves the state as it was, yet what the stream draws still
+    # depends on the seed: a run that spawned one is not seed-independent.
+    return rng.bit_generator.state, rng.bit_generator.seed_seq.n_children_spawned
+
+
 # The already processed event a passed wait yields: SimPy resumes the process with it at once.
 # Only the worker's own ``yield`` may take it (no condition, no other process).
 PASSED = Event(simpy.Environment())
@@ -49,7 +57,7 @@ class Simulation:
                  keep_chunks: bool = True, timeline: bool = False):
         self.rng = run_generator(seed)
         # Its state before anything draws: a run that leaves it so gives the same result for every seed.
-        self._rng_start = self.rng.bit_generator.state
+        self._rng_start = generator_position(self.rng)
         self.machine = machine
         self.threads = machine.check_threads(threads)
         self.seed = seed
@@ -60,7 +68,7 @@ class Simulation:
         self.memory = Memory(self.env, machine.latency[np.ix_(self.cores, self.cores)],
                              self.costs, machine.serve_ns, machine.transfer_fraction,
                              directory=machine.coherence == "directory",
-                             reservations=machine.atomics == "reservation")
+                             reservations=machine.atomics == "reservation", hold=machine.hold == "request")
         self.slowdown = [float(x) for x in machine.speed_factors(self.threads)]
         # Interruptions and late arrivals drawn from the machine's [noise]; None without (chunks cost their work).
         self.noise = Noise.of(machine, self.cores, self.rng)
@@ -99,6 +107,8 @@ class Simulation:
                     self.children[index][i] = len(self.loops)
                     self.loops.append(inner[i])
         self.loop_end = [0.0] * len(self.loops)
+        if self.machine.hierarchy is None:  # no data model here: the footprints workloads give unasked are left out
+            self.loops = without_optional(self.loops)
         # Where the program's data sits, when its loops touch data (None otherwise: chunks cost their compute).
         self.locality = (DataState(self.machine, self.cores, self.loops, self.rng)
                          if any(loop.data is not None for loop in self.loops) else None)
@@ -106,6 +116,9 @@ class Simulation:
                                 chunk_limit() if self.keep_chunks else None, program=len(self.program))
         check_total(sum(loop.total + loop.serial_ns for loop in self.loops),
                     "the iteration costs of all the program's loops (repeats and nested loops included)")
+        if any(loop.instrumentation for loop in self.loops):
+            check_total(sum(loop.total * (1.0 + loop.instrumentation) for loop in self.loops),
+                        "the iteration costs of all the program's loops, with their instrumentation,")
 
     # Workers index the memory's latency rows by worker number, since worker w sits on cores[w].
 
@@ -171,7 +184,7 @@ class Simulation:
     def work(self, worker: int, loop: int, lo: int, hi: int) -> float:
         """The time ``worker`` computes iterations [lo, hi) of ``loop``."""
         prefix = self.loops[loop].prefix
-        return (prefix.item(hi) - prefix.item(lo)) * self.slowdown[worker]
+        return (prefix.item(hi) - prefix.item(lo)) * self.loop_slowdown[loop][worker]
 
     def chunk_time(self, worker: int, loop: int, lo: int, hi: int, start: float) -> float:
         """How long ``worker`` takes to run [lo, hi) from ``start``: compute, plus reaching the data if it has any.
@@ -215,7 +228,8 @@ class Simulation:
         """
         spec, log = self.loops[loop], self._chunks
         # A memoryview reads one float of the prefix sums at a third of what ndarray.item costs.
-        return (memoryview(spec.prefix).__getitem__, self.slowdown[worker], spec.data is None and self.noise is None,
+        return (memoryview(spec.prefix).__getitem__, self.loop_slowdown[loop][worker],
+                spec.data is None and self.noise is None,
                 log.pending, log.FLUSH_AT, log.flush, None if self.segments is None else self.segments.append)
 
     def sequential_memory_ns(self) -> float:
@@ -312,9 +326,15 @@ class Simulation:
 
     def run(self, scheduler) -> Result:
         """Simulate the program under ``scheduler`` and return its checked Result."""
+        if self.locality is not None and not scheduler.LOCALITY and only_optional(self.loops):
+            # The data the workloads gave unasked is left out, as on a machine without a memory hierarchy.
+            self.loops, self.locality = without_optional(self.loops), None
+        # Per loop, each worker's time per ns of work: its core's (``slowdown``), more in loops a benchmark
+        # instruments (simsched.instrumentation).
+        self.loop_slowdown = loop_slowdowns(self.machine, self.threads, self.slowdown, self.loops)
         if self.locality is not None and not scheduler.LOCALITY:
-            raise SimschedError(f"scheduler {scheduler.name} does not model data locality; run workloads with bytes= "
-                                "under the fork-join, self-scheduling and work-stealing schedulers")
+            raise SimschedError(f"scheduler {scheduler.name} does not model data locality; run workloads with "
+                                "bytes= or data=1 under the fork-join, self-scheduling and work-stealing schedulers")
         if self.children and not scheduler.NESTED:
             raise SimschedError(f"scheduler {scheduler.name} cannot run nested loops; "
                                 "the loop-task schedulers (lbs, adapt-g, adapt-l, distrib, offload, cellss) can")
@@ -374,7 +394,7 @@ class Simulation:
             events=next(env._eid),  # SimPy numbers every scheduled event
             segments=None if self.segments is None else segment_table(self.segments, makespan),
             affinity=self._chunks.affinity.result() if self._chunks.affinity is not None else None,
-            seed_independent=self.rng.bit_generator.state == self._rng_start,
+            seed_independent=generator_position(self.rng) == self._rng_start,
         )
 
 

@@ -104,12 +104,23 @@ class Dram:
     # Relative standard deviation of a chunk's memory time: what the model leaves out (DRAM refresh and bank
     # conflicts, queueing in the interconnect) and what makes equal chunks finish in a different order each loop.
     jitter_cv: float = 0.0
+    # How a miss's latency grows with the other cores' load on its controller and socket link (see loaded.py):
+    # "closed" (a queue behind their misses in flight) or "none" (the idle latency however loaded).
+    queueing: str = "closed"
+    # A measured latency under load: (GB/s the other cores read from the node, ns), ascending; empty: none.
+    loaded_latency_ns: tuple[tuple[float, float], ...] = ()
+    # What one socket link carries each way; None: the links add no wait.
+    link_bandwidth_gbs: float | None = None
 
 
 _CACHE_KEYS = {"size_kib", "line_bytes", "shared_by", "latency_ns", "bandwidth_gbs", "shared_bandwidth_gbs",
                "remote_latency_ns", "outstanding_misses", "stride_misses"}
 _DRAM_KEYS = {"node", "size_gib", "line_bytes", "latency_ns", "remote_latency_ns", "bandwidth_gbs",
-              "shared_bandwidth_gbs", "jitter_cv"}
+              "shared_bandwidth_gbs", "jitter_cv", "queueing", "loaded_latency_ns", "link_bandwidth_gbs"}
+QUEUEING = ("closed", "none")
+# The [dram] keys a file may leave out that a variant may still set (``machine[dram.queueing="none"]``).
+DRAM_OPTIONAL_KEYS = {"shared_bandwidth_gbs", "jitter_cv", "queueing", "loaded_latency_ns",
+                      "link_bandwidth_gbs"}
 
 
 @dataclass(frozen=True)
@@ -203,10 +214,17 @@ class Hierarchy:
             line = dram_line
         if hops and "remote_latency_ns" not in table:
             raise SimschedError(f"{where}: missing key remote_latency_ns (the machine has {len(socket_hops)} sockets)")
+        queueing = table.get("queueing", "closed")
+        if queueing not in QUEUEING:
+            raise SimschedError(f"{where}.queueing must be closed or none, got {queueing!r}")
+        if "link_bandwidth_gbs" in table and not hops:
+            raise SimschedError(f"{where}.link_bandwidth_gbs is for machines of more than one socket")
         memory = Dram(int(_positive(table, "size_gib", where) * 2**30), _positive(table, "latency_ns", where),
                       _by_hops(table, where, hops) if "remote_latency_ns" in table else (),
                       _positive(table, "bandwidth_gbs", where),
-                      _positive(table, "shared_bandwidth_gbs", where, required=False), _jitter(table, where))
+                      _positive(table, "shared_bandwidth_gbs", where, required=False), _jitter(table, where),
+                      queueing, _loaded_curve(table, where),
+                      _positive(table, "link_bandwidth_gbs", where, required=False))
         if levels and memory.latency_ns < levels[-1].latency_ns:
             raise SimschedError(f"{where}.latency_ns ({memory.latency_ns:g}) is below the last cache level's "
                                 f"({levels[-1].latency_ns:g})")
@@ -227,6 +245,14 @@ class Hierarchy:
         line = "" if self.levels else f", {self.line_bytes} B lines"  # else shown with the caches
         lines.append(f"    dram: {_size(d.size_bytes)} per socket{line}, {d.latency_ns:g} ns{remote}, "
                      f"{d.bandwidth_gbs:g} GB/s per core{shared}")
+        if d.queueing == "none":
+            lines.append("    loaded latency: none (a miss costs the idle latency however loaded)")
+        elif d.loaded_latency_ns or d.shared_bandwidth_gbs or d.link_bandwidth_gbs:
+            measured = ", ".join(f"{ns:g} ns at {gbs:g} GB/s" for gbs, ns in d.loaded_latency_ns)
+            queue = "queue at the node's shared bandwidth" if d.shared_bandwidth_gbs else "none"
+            controller = f"measured, {measured}" if d.loaded_latency_ns else queue
+            link = f"; links: queue at {d.link_bandwidth_gbs:g} GB/s each way" if d.link_bandwidth_gbs else ""
+            lines.append(f"    loaded latency: controller {controller}{link}")
         return lines
 
 
@@ -246,6 +272,26 @@ def _stride_misses(value, where: str) -> tuple[tuple[int, int], ...]:
             raise SimschedError(shape)
         pairs.append((int(round(pair[0] * 1024)), pair[1]))
     if any(b[0] <= a[0] for a, b in zip(pairs, pairs[1:])):
+        raise SimschedError(shape)
+    return tuple(pairs)
+
+
+def _loaded_curve(table: dict, where: str) -> tuple[tuple[float, float], ...]:
+    """``loaded_latency_ns``: [[GB/s others read, ns], ...] from 0 GB/s, both ascending; () if absent."""
+    if "loaded_latency_ns" not in table:
+        return ()
+    value = table["loaded_latency_ns"]
+    shape = (f"{where}.loaded_latency_ns must be a list of at least two [GB/s others read, latency ns] "
+             f"pairs, the first at 0 GB/s, the GB/s rising and the ns (> 0) not falling, got {value!r}")
+    if not isinstance(value, list) or len(value) < 2:
+        raise SimschedError(shape)
+    pairs = []
+    for pair in value:
+        if not (isinstance(pair, list) and len(pair) == 2 and all(_number(x) for x in pair)
+                and 0 <= pair[0] <= MAX_VALUE and 0 < pair[1] <= MAX_VALUE):
+            raise SimschedError(shape)
+        pairs.append((float(pair[0]), float(pair[1])))
+    if pairs[0][0] != 0 or any(b[0] <= a[0] or b[1] < a[1] for a, b in zip(pairs, pairs[1:])):
         raise SimschedError(shape)
     return tuple(pairs)
 

@@ -28,24 +28,58 @@ time is worked out when the chunk starts, for all its iterations at once with Nu
 * **Shared bandwidth.** Chunks reading from one node's DRAM, or from one socket's shared
   cache, at the same time share its ``shared_bandwidth_gbs``: a chunk gets min(per-core
   bandwidth, shared / readers), with the readers counted when it starts.
+* **Loaded latency.** A chunk's DRAM misses also wait behind the misses the chunks reading
+  its node (and, remote, its socket link) keep in flight when it starts (``loaded.py``).
 
 Running a chunk moves its blocks into the running core's caches (a write moves the line
 there, invalidating other copies) and gives untouched blocks their home: the running core's
-node under ``first-touch``, or block j on node j mod nodes under ``interleave``.
+node under ``first-touch`` (so pages follow the schedule of the first loop that touches them,
+as they follow a parallel initialisation loop's), block j on node j mod nodes under
+``interleave``, or the master's node under ``master`` (a serial loader wrote them all).
+
+A footprint may also :class:`Gather` from one read-only array that all iterations share (a
+sparse product's x, a search's visited flags): reads at random places, so what each level of
+the reading core's caches serves follows from the array's size against the level's, and the
+rest comes from the DRAM of the nodes its pages sit on. Its reads are independent of each
+other (their addresses come from the iteration's own data), so they overlap as many as the
+core keeps misses in flight. It is charged per chunk, for all the chunk's reads at once.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
 
 from .errors import SimschedError
+from .loaded import Queueing
 
 ELEMENT_BYTES = 8  # the kernels touch 8-byte doubles
 PATTERNS = ("stride", "stream", "random")
-PLACEMENTS = ("first-touch", "interleave")
+PLACEMENTS = ("first-touch", "interleave", "master")
 DRAM_COUNTERS = ("local_dram", "remote_dram")
+
+
+@dataclass(eq=False)
+class Gather:
+    """Reads at random places of a read-only array that all iterations share: ``reads[j]`` by iteration j."""
+
+    reads: np.ndarray
+    size: int                       # bytes of the array
+    element: int = ELEMENT_BYTES    # bytes of one read
+    name: str = "shared"            # the array: gathers naming the same one read the same array
+
+    def __post_init__(self):
+        reads = np.asarray(self.reads)
+        whole = not reads.size or np.issubdtype(reads.dtype, np.integer)
+        if reads.ndim != 1 or not whole or np.any(reads < 0):
+            raise SimschedError("a gather needs a 1-D array of whole numbers >= 0 of reads per iteration")
+        self.reads = reads.astype(np.int64)
+        for key in ("size", "element"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise SimschedError(f"a gather's {key} must be a whole number of bytes >= 1, got {value!r}")
 
 
 @dataclass(eq=False)
@@ -56,6 +90,10 @@ class Footprint:
     pattern: str = "stride"
     placement: str = "first-touch"
     data: str = "data"
+    # Reads of an array all iterations share, besides each iteration's own bytes (None: none).
+    gather: Gather | None = None
+    # A footprint the workload gives unasked: left out, not refused, where the data model does not apply.
+    optional: bool = False
 
     def __post_init__(self):
         values = np.asarray(self.bytes)
@@ -71,10 +109,29 @@ class Footprint:
             raise SimschedError(f"unknown access pattern {self.pattern!r} (known: {', '.join(PATTERNS)})")
         if self.placement not in PLACEMENTS:
             raise SimschedError(f"unknown page placement {self.placement!r} (known: {', '.join(PLACEMENTS)})")
+        if self.gather is not None and self.gather.reads.size != values.size:
+            raise SimschedError(f"a footprint of {values.size} iterations needs {values.size} gather counts, "
+                                f"got {self.gather.reads.size}")
 
     @property
     def total(self) -> int:
         return int(self.bytes.sum())
+
+
+def only_optional(loops) -> bool:
+    """Whether every footprint of these loops is one its workload gave unasked (True when there is none)."""
+    return all(loop.data is None or loop.data.optional for loop in loops)
+
+
+def without_optional(loops) -> list:
+    """The loops, those whose footprint their workload gave unasked replaced by copies without it."""
+    kept = []
+    for loop in loops:
+        if loop.data is not None and loop.data.optional:
+            loop = copy.copy(loop)
+            loop.data = None
+        kept.append(loop)
+    return kept
 
 
 def counter_names(hierarchy) -> tuple[str, ...]:
@@ -88,7 +145,8 @@ def counter_names(hierarchy) -> tuple[str, ...]:
 
 
 class Readers:
-    """The chunks reading one shared resource (a node's DRAM, a socket's shared cache): each from its start to its end.
+    """The chunks reading one shared resource (a node's DRAM, a socket's shared cache, a socket link): each
+    from its start to its end, with what it demands of the resource meanwhile (GB/s, misses in flight).
 
     A worker may record chunks ahead of the simulation clock (a static block's chunks, back to
     back), so readers are counted at a chunk's own start and forgotten only once the clock has
@@ -96,7 +154,7 @@ class Readers:
     """
 
     def __init__(self):
-        self.spans: list[tuple[float, float]] = []
+        self.spans: list[tuple[float, float, float, float]] = []
 
     def forget(self, now: float) -> None:
         """Drop the readers that ended by ``now`` (no chunk starts before the clock)."""
@@ -104,21 +162,32 @@ class Readers:
             self.spans = [span for span in self.spans if span[1] > now]
 
     def count(self, at: float) -> int:
-        return sum(1 for start, end in self.spans if start <= at < end)
+        return sum(1 for span in self.spans if span[0] <= at < span[1])
 
-    def add(self, start: float, end: float) -> None:
-        self.spans.append((start, end))
+    def load(self, at: float) -> tuple[float, float]:
+        """The GB/s and the misses in flight that the readers at ``at`` demand together."""
+        gbs = in_flight = 0.0
+        for start, end, rate, misses in self.spans:
+            if start <= at < end:
+                gbs += rate
+                in_flight += misses
+        return gbs, in_flight
+
+    def add(self, start: float, end: float, gbs: float = 0.0, in_flight: float = 0.0) -> None:
+        self.spans.append((start, end, gbs, in_flight))
 
 
 class Blocks:
     """One data set's blocks: the core that last held each, its stamp in each cache level, and its home node."""
 
-    def __init__(self, n: int, levels: int, placement: str, nodes: int):
+    def __init__(self, n: int, levels: int, placement: str, nodes: int, master: int = 0):
         self.holder = np.full(n, -1, dtype=np.int64)
         self.stamp = np.zeros((levels, n))
         self.home = np.full(n, -1, dtype=np.int64)
         if placement == "interleave":
             self.home[:] = np.arange(n) % nodes
+        elif placement == "master":
+            self.home[:] = master
 
 
 class DataState:
@@ -128,12 +197,13 @@ class DataState:
         hierarchy = machine.hierarchy
         if hierarchy is None:
             raise SimschedError(f"machine {machine.name} describes no memory hierarchy ([cache.*] and [dram]); "
-                                "workloads with bytes= need one")
+                                "workloads with bytes= or data=1 need one")
         self.h = hierarchy
         self.cores = np.asarray(cores, dtype=np.int64)
         per = machine.cores_per_socket
         self.sockets = machine.sockets
         self.socket_of_worker = self.cores // per
+        self.master = int(self.socket_of_worker[0])  # the node a serial loader (the master, worker 0) fills
         self.line = hierarchy.line_bytes
         levels = hierarchy.levels
         # Which cache instance of each level a worker uses: its core for private levels, its socket for shared ones.
@@ -145,8 +215,14 @@ class DataState:
         for i, level in enumerate(levels):
             if level.shared_by == "socket" and level.shared_bandwidth_gbs:
                 self.readers[i] = [Readers() for _ in range(self.sockets)]
+        # What makes a miss wait behind the others' (None: nothing does); the links ("link") are read from a
+        # home node by a socket, instance home x sockets + socket.
+        self.queueing = Queueing.of(hierarchy)
+        if self.queueing is not None and self.queueing.link_gbs:
+            self.readers["link"] = [Readers() for _ in range(self.sockets * self.sockets)]
         self.counters = dict.fromkeys(counter_names(hierarchy), 0.0)
         self.blocks: dict[str, Blocks] = {}
+        self.plans: dict[tuple, dict] = {}  # what a read of each shared array costs each socket (_gather_plan)
         # The run's generator, for the jitter of memory times (none: exact times, as for a sequential baseline).
         self.rng = rng
         self.check(machine, loops)
@@ -154,6 +230,7 @@ class DataState:
     def check(self, machine, loops) -> None:
         """Refuse data sets whose loops disagree on their size, or that do not fit in the machine's memory."""
         sizes: dict[str, tuple[int, int, str]] = {}
+        shared: dict[str, int] = {}  # the bytes of each array that gathers read
         for loop in loops:
             fp = loop.data
             if fp is None:
@@ -165,13 +242,15 @@ class DataState:
                 raise SimschedError(f"loops over data {fp.data!r} ask for different page placements")
             largest = max(sizes.get(fp.data, (0, 0, ""))[1], fp.total)
             sizes[fp.data] = (loop.n, largest, fp.placement)
+            if fp.gather is not None:
+                shared[fp.gather.name] = max(shared.get(fp.gather.name, 0), fp.gather.size)
         memory = self.h.dram.size_bytes * self.sockets
-        total = sum(size for _, size, _ in sizes.values())
+        total = sum(size for _, size, _ in sizes.values()) + sum(shared.values())
         if total > memory:
             raise SimschedError(f"the workload's data ({total / 2**30:.3g} GiB) does not fit in the "
                                 f"{memory / 2**30:.3g} GiB of DRAM of machine {machine.name}")
         for name, (n, _, placement) in sizes.items():
-            self.blocks[name] = Blocks(n, len(self.h.levels), placement, self.sockets)
+            self.blocks[name] = Blocks(n, len(self.h.levels), placement, self.sockets, self.master)
 
     def access(self, latency, bandwidth_gbs, pattern: str, nbytes: int, overlap=1):
         """ns to fetch ``nbytes`` (a line, or one element of it) from a level with this latency and bandwidth.
@@ -253,10 +332,14 @@ class DataState:
                            self.remote(dram.remote_latency_ns, node_hops) if dram.remote_latency_ns else 0.0)
         from_dram = (1.0 - inner) * lines
         bandwidth = self._shared("dram", dram, start, home, from_dram > 0, reading)
+        if self.queueing is not None:
+            latency = latency + self._waiting(start, socket, home, from_dram, latency, pattern, overlap)
         time += from_dram * self.access(latency, bandwidth, pattern, line, overlap)
         self.counters["local_dram"] += float(from_dram[node_hops == 0].sum())
         self.counters["remote_dram"] += float(from_dram[node_hops > 0].sum())
         time += self._reuse(size, lines, pattern, latency, bandwidth, overlap)
+        if fp.gather is not None:
+            time += self._gather(worker, fp, lo, hi, start, reading)
         total = float(time.sum())
         if self.rng is not None and self.h.dram.jitter_cv:
             total *= 1.0 + self.h.dram.jitter_cv * float(np.clip(self.rng.standard_normal(), -3.0, 3.0))
@@ -267,10 +350,59 @@ class DataState:
             mine = self.instance[i][worker]
             blocks.stamp[i, lo:hi] = self.through[i][mine] + before + size
             self.through[i][mine] += moved
+        demand = self._demand(total, socket, home, from_dram, latency) if self.queueing is not None else {}
         for resource, instances in reading:
             for instance in instances:
-                self.readers[resource][instance].add(start, start + total)
+                load = demand.pop((resource, instance), ())
+                self.readers[resource][instance].add(start, start + total, *load)
+        for (resource, instance), load in demand.items():  # read without a bandwidth share, still loading it
+            self.readers[resource][instance].add(start, start + total, *load)
         return total
+
+    def _waiting(self, start: float, socket: int, home: np.ndarray, from_dram: np.ndarray, idle: np.ndarray,
+                 pattern: str, overlap) -> np.ndarray:
+        """Each iteration's wait per DRAM line behind the misses of the chunks reading its node (and link).
+
+        One wait per node (and per link from it), from the others' load when this chunk starts,
+        as for the shared bandwidth, and the misses this chunk keeps in flight alone: its ``idle``
+        latency over what a line costs it at its own bandwidth, whatever share it gets now
+        (see ``loaded.py``).
+        """
+        queue, dram = self.queueing, self.h.dram
+        in_flight = idle / self.access(idle, dram.bandwidth_gbs, pattern, self.line, overlap)
+        lines = np.bincount(home, weights=from_dram, minlength=self.sockets)
+        own = np.bincount(home, weights=from_dram * in_flight, minlength=self.sockets)
+        wait = np.zeros(self.sockets)
+        for node in np.flatnonzero(lines).tolist():
+            hops = int(self.h.socket_hops[socket, node])
+            latency = dram.remote_latency_ns[hops - 1] if hops else dram.latency_ns
+            mine = float(own[node] / lines[node])   # its misses in flight to the node, the mean over its lines
+            if queue.controller:
+                wait[node] += queue.controller_wait(*self.readers["dram"][node].load(start), mine, latency)
+            if queue.link_gbs and hops:
+                others = self.readers["link"][node * self.sockets + socket].load(start)
+                wait[node] += queue.link_wait(*others, mine, latency)
+        return wait[home]
+
+    def _demand(self, total: float, socket: int, home: np.ndarray, from_dram: np.ndarray, latency) -> dict:
+        """What this chunk demands of each node's controller (and link) it reads, over its memory time.
+
+        {(resource, instance): (GB/s, misses in flight)}; by Little's law its misses in flight are
+        its lines x their latency over that time.
+        """
+        used = from_dram > 0
+        if total <= 0 or not used.any():
+            return {}
+        lines = np.bincount(home[used], weights=from_dram[used], minlength=self.sockets)
+        waiting = np.bincount(home[used], weights=(from_dram * latency)[used], minlength=self.sockets)
+        demand = {}
+        for node in np.flatnonzero(lines).tolist():
+            load = (float(lines[node]) * self.line / total, float(waiting[node]) / total)
+            if self.queueing.controller:
+                demand["dram", node] = load
+            if self.queueing.link_gbs and node != socket:
+                demand["link", node * self.sockets + socket] = load
+        return demand
 
     def _far(self, level, hops: np.ndarray) -> np.ndarray:
         """A socket-shared level's latency from ``hops`` sockets away (its local latency if none is given)."""
@@ -292,6 +424,74 @@ class DataState:
         costs = [self.access(lv.latency_ns, lv.bandwidth_gbs, pattern, ELEMENT_BYTES, overlap) for lv in levels]
         costs.append(self.access(dram_latency, dram_bandwidth, pattern, ELEMENT_BYTES, overlap))
         return extra * np.choose(fits, costs)
+
+    def _gather(self, worker: int, fp: Footprint, lo: int, hi: int, start: float,
+                reading: list) -> np.ndarray:
+        """The time of each iteration's reads of the footprint's shared array, [lo, hi) run by ``worker``.
+
+        A read at a random place finds the array in a level with the chance that the level holds
+        it, min(1, level size / array size), as if the array had the level to itself (at least
+        what the inner levels hold: they are inclusive); the rest comes from DRAM, from each node
+        in proportion to the array's pages there. Reads missing a level bring their lines through
+        it, which ages what the iterations' own data left there.
+        """
+        gather = fp.gather
+        reads = gather.reads[lo:hi]
+        count = float(reads.sum())
+        if not count:
+            return np.zeros(hi - lo)
+        socket = int(self.socket_of_worker[worker])
+        plan = self._gather_plan(gather, fp.placement, socket)
+        overlap = self.h.outstanding_misses
+        per_read = 0.0
+        for i, level, part, missed, nbytes in plan["levels"]:
+            self.through[i][self.instance[i][worker]] += missed * count * self.line
+            if part <= 0:
+                continue
+            bandwidth = level.bandwidth_gbs
+            if level.shared_by == "socket":
+                bandwidth = float(self._shared(i, level, start, plan["socket"], plan["used"], reading)[0])
+            per_read += part * max(level.latency_ns / overlap, nbytes / bandwidth)
+            self.counters[f"{level.name}_hits"] += part * count
+        missed = plan["dram"]
+        if missed > 0:
+            share, latency = plan["share"], plan["latency"]
+            bandwidth = self._shared("dram", self.h.dram, start, plan["nodes"], share > 0, reading)
+            per_read += missed * float((share * np.maximum(latency / overlap, self.line / bandwidth)).sum())
+            self.counters["local_dram"] += missed * count * float(share[socket])
+            self.counters["remote_dram"] += missed * count * float(1.0 - share[socket])
+        return reads * per_read
+
+    def _gather_plan(self, gather: Gather, placement: str, socket: int) -> dict:
+        """What a read of a shared array costs a core of ``socket``, but for the shared bandwidths: worked out
+        once per array and socket (each level's share of the reads, and the DRAM's by node)."""
+        key = (gather.size, gather.element, placement, socket)
+        plan = self.plans.get(key)
+        if plan is None:
+            levels, inner = [], 0.0
+            for i, level in enumerate(self.h.levels):
+                held = max(inner, min(1.0, level.size_bytes / gather.size))
+                # A read served by the innermost level moves one element; one that missed it, the whole line.
+                levels.append((i, level, held - inner, 1.0 - held, gather.element if i == 0 else self.line))
+                inner = held
+            dram = self.h.dram
+            nodes = np.arange(self.sockets)
+            hops = self.h.socket_hops[socket, nodes]
+            latency = (np.where(hops == 0, dram.latency_ns, self.remote(dram.remote_latency_ns, hops))
+                       if dram.remote_latency_ns else np.full(self.sockets, dram.latency_ns))
+            plan = {"levels": levels, "dram": 1.0 - inner, "share": self._pages(placement),
+                    "latency": latency, "nodes": nodes, "socket": np.array([socket]), "used": np.array([True])}
+            self.plans[key] = plan
+        return plan
+
+    def _pages(self, placement: str) -> np.ndarray:
+        """The share of a shared array's pages on each node: all on the master's (a serial loader), dealt
+        evenly (interleave), or as a parallel loop of static blocks over the run's workers touches them first."""
+        if placement == "master":
+            return np.eye(self.sockets)[self.master]
+        if placement == "interleave":
+            return np.full(self.sockets, 1.0 / self.sockets)
+        return np.bincount(self.socket_of_worker, minlength=self.sockets) / self.socket_of_worker.size
 
     def _shared(self, resource, source, start: float, instances: np.ndarray, used: np.ndarray, reading: list):
         """The per-core bandwidth from each of ``instances`` of a shared resource, one more reader being added.

@@ -42,9 +42,12 @@ class Loop:
     """One parallel loop over iterations [0, n): its costs as prefix sums, so any chunk costs O(1)."""
 
     fine_grain = True  # the default mark, for loops built without __init__'s check (a trace's streamed loops)
+    # Extra time per ns of work that benchmark instrumentation in its iterations costs with every core of a
+    # socket busy (simsched.instrumentation); 0 for every loop but those a workload says are instrumented.
+    instrumentation = 0.0
 
     def __init__(self, costs: Any, name: str = "", inner: "dict[int, Loop] | None" = None, data=None,
-                 serial_ns: float = 0.0, fine_grain: bool = True):
+                 serial_ns: float = 0.0, fine_grain: bool = True, instrumentation: float = 0.0):
         costs = np.asarray(costs, dtype=float)
         if costs.ndim != 1 or costs.size == 0:
             raise SimschedError("a loop needs a non-empty 1-D array of iteration costs")
@@ -63,6 +66,10 @@ class Loop:
         if not isinstance(fine_grain, (bool, np.bool_)):
             raise SimschedError(f"a loop's fine_grain must be True or False, got {fine_grain!r}")
         self.fine_grain = bool(fine_grain)
+        rate = float(instrumentation)
+        if not np.isfinite(rate) or rate < 0:
+            raise SimschedError(f"a loop's instrumentation must be finite and >= 0, got {instrumentation!r}")
+        self.instrumentation = rate
         # The data its iterations touch (a locality.Footprint), or None: then a chunk costs its compute only.
         self.data = data
         if data is not None and data.bytes.size != self.n:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .errors import SimschedError
-from .hierarchy import MAX_VALUE, Hierarchy, socket_hops
+from .hierarchy import DRAM_OPTIONAL_KEYS, MAX_VALUE, Hierarchy, socket_hops
 from .noise import NOISE_KEYS, check_noise
 from .spec import Param, format_spec, parse_spec, resolve_params
 
@@ -60,6 +60,8 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "protocol": _key(str, False, None),  # snoop: spinners told at once; directory: one by one
         "serve_ns": _key(float, False),
         "atomics": _key(str, False, None),   # locked: requests queue for the line; reservation: LL/SC retries
+        "hold": _key(str, False, None),      # request: a line stays with its last user until a request could
+                                             # reach it; none: it leaves as the operation ends
     },
     "costs_ns": {
         "atomic": _key(float),
@@ -91,6 +93,7 @@ SCHEMA: dict[str, dict[str, tuple]] = {
 }
 _TOP_LEVEL = {"name": str, "description": str}
 ATOMICS = ("locked", "reservation")
+HOLDS = ("request", "none")
 # The memory hierarchy ([cache.l1], [cache.l2], ..., [dram]): nested tables, checked in hierarchy.py.
 _HIERARCHY_SECTIONS = ("cache", "dram")
 # OS noise and late arrival ([noise]): checked in noise.py.
@@ -187,6 +190,12 @@ class Machine:
         return self.setting("coherence", "atomics")
 
     @property
+    def hold(self) -> str:
+        """How long a line stays with the core that used it last: ``request`` (until another core's
+        request could reach it, so that core's retry runs there) or ``none`` (it leaves at once)."""
+        return self.data.get("coherence", {}).get("hold", HOLDS[0])
+
+    @property
     def serve_ns(self) -> float:
         """Time the line's source takes per spinner when spinners re-read after a write."""
         return float(self.setting("coherence", "serve_ns"))
@@ -229,16 +238,21 @@ class Machine:
         top = clock.get("turbo_max_ghz", clock["base_ghz"])
         allcore = clock.get("turbo_all_ghz", top)
         shared = clock.get("all_core_throughput", 1.0)
-        cores = self.placement(threads)
-        busy = np.bincount([self.socket_of(c) for c in cores], minlength=self.sockets)
-        span = max(self.cores_per_socket - 1, 1)
-        factors = np.empty(len(cores))
-        for w, core in enumerate(cores):
-            share = (busy[self.socket_of(core)] - 1) / span
-            ghz = top + (allcore - top) * share
-            throughput = 1.0 + (shared - 1.0) * share
-            factors[w] = top / ghz / throughput
-        return factors / self.core_speed[cores]
+        share = self.busy_share(threads)
+        ghz = top + (allcore - top) * share
+        throughput = 1.0 + (shared - 1.0) * share
+        return top / ghz / throughput / self.core_speed[self.placement(threads)]
+
+    def busy_share(self, threads: int) -> np.ndarray:
+        """For each worker, its socket's other busy cores as a share of the socket's other cores (0 to 1).
+
+        It is 0 for a worker alone in its socket and 1 when every core of the socket is busy:
+        what the clock and whatever else cores share in a socket fall with, in a run of
+        ``threads`` workers pinned as ``placement`` pins them.
+        """
+        sockets = np.array([self.socket_of(c) for c in self.placement(threads)])
+        busy = np.bincount(sockets, minlength=self.sockets)
+        return (busy[sockets] - 1) / max(self.cores_per_socket - 1, 1)
 
     # -- what-if variants ------------------------------------------------------------
     def replace(self, **changes: Any) -> "Machine":
@@ -370,6 +384,9 @@ def _validate(data: dict[str, Any], source: str) -> None:
     atomics = data.get("coherence", {}).get("atomics", DEFAULTS["coherence"]["atomics"])
     if atomics not in ATOMICS:
         raise SimschedError(f"{source}: coherence.atomics must be {' or '.join(ATOMICS)}, got {atomics!r}")
+    hold = data.get("coherence", {}).get("hold", HOLDS[0])
+    if hold not in HOLDS:
+        raise SimschedError(f"{source}: coherence.hold must be {' or '.join(HOLDS)}, got {hold!r}")
     lat = data["latency_ns"]
     if _NOISE_SECTION in data:
         check_noise(data[_NOISE_SECTION], topo["sockets"] * topo["cores_per_socket"], source)
@@ -833,6 +850,8 @@ def _check_settings_exist(machine: Machine, changes: dict[str, Any], source: str
         optional = NOISE_KEYS if tables == [_NOISE_SECTION] else SCHEMA.get(tables[0], {}) if len(tables) == 1 else {}
         if key in optional:
             continue  # an optional key the file leaves out, e.g. coherence.serve_ns
+        if tables == ["dram"] and "dram" in machine.data and key in DRAM_OPTIONAL_KEYS:
+            continue  # how the machine's DRAM loads, e.g. dram.queueing
         if setting_at(machine.data, dotted) is None:
             known = ", ".join(sorted(k for k, v in machine.data.items() if isinstance(v, dict)))
             raise SimschedError(f"{source}: machine {machine.name} has no {dotted} (its sections: {known})")

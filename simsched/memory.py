@@ -13,6 +13,10 @@ Every shared word a scheduler uses lives on a :class:`Line`. The cost model:
   first come, first served: each waits until the previous one is done, and an atomic
   by a core that does not hold the line first pays one transfer from the holder. That
   queue is where contention comes from.
+* A core keeps a line after its own exclusive operation for its *hold window*, half the
+  shortest transfer to another core: a request issued meanwhile has not reached it yet. An
+  operation it issues within the window (a failed compare-and-swap's retry) runs on the line
+  it has, ahead of those requests; the caller chains it (``at``) rather than queueing it.
 * A core spinning on a line learns of a write ``lat(writer, spinner)`` after it
   becomes visible; the line's source then serves the spinners' re-reads one after
   another, ``serve_ns`` each (near zero for a snooping broadcast).
@@ -30,7 +34,7 @@ count grows with operations, never with iterations.
 
 from __future__ import annotations
 
-from heapq import heappush
+from heapq import heappush, heapreplace
 from typing import Any, Callable
 
 import numpy as np
@@ -76,7 +80,8 @@ class Memory:
     """The modeled shared memory of one run: allocates lines and charges their operations."""
 
     def __init__(self, env, latency, costs: dict[str, float], serve_ns: float,
-                 transfer_fraction: float = 0.5, directory: bool = False, reservations: bool = False):
+                 transfer_fraction: float = 0.5, directory: bool = False, reservations: bool = False,
+                 hold: bool = True):
         self.env = env
         # Nested lists index faster than a NumPy matrix on this hot path. Equal latencies share one float
         # object, so that a 1,024-core table is a few hot floats behind its pointers, not a million cold ones.
@@ -86,6 +91,14 @@ class Memory:
         index = index.reshape(np.shape(latency)).tolist()
         self.lat = [list(map(latencies.__getitem__, row)) for row in index]
         self.transfer = [list(map(transfers.__getitem__, row)) for row in index]
+        # Each core's hold window: how long a line stays with it after its own exclusive operation on it
+        # when other cores want it. A transfer is a request reaching the holder, then the line reaching
+        # the requester; the model splits it evenly, so no request can take the line sooner than half
+        # the shortest transfer from this core to another core of the run (never, on a lone core).
+        # Without ``hold`` the line leaves as the operation ends: no operation is ever within a window.
+        away = np.asarray(latency, dtype=float) * transfer_fraction
+        np.fill_diagonal(away, np.inf)
+        self.hold_ns = (away.min(axis=1) / 2).tolist() if hold else [-np.inf] * len(away)
         self.directory = directory
         self.reservations = reservations
         self.atomic_ns = costs["atomic"]
@@ -130,6 +143,25 @@ class Memory:
         done = start + self.transfer[line.holder][core]
         seen = line.written_at + self.lat[line.holder][core]
         return line.value, done if done > seen else seen
+
+    def read_all(self, lines, core: int, at: float, overlap: int = 1) -> tuple[list, float]:
+        """Read each of ``lines`` from ``core`` as independent loads: (their values, when the last is done).
+
+        A core keeps at most ``overlap`` misses in flight (its line fill buffers): each read is
+        issued at ``at`` or, with ``overlap`` in flight, when the earliest of them is done.
+        ``overlap=1`` issues each read when the one before it is done.
+        """
+        values, flight, done = [], [], at
+        for line in lines:
+            value, t = self.read(line, core, at if len(flight) < overlap else flight[0])
+            if len(flight) < overlap:
+                heappush(flight, t)
+            else:
+                heapreplace(flight, t)
+            values.append(value)
+            if t > done:
+                done = t
+        return values, done
 
     def peek(self, line: Line, core: int, at: float | None = None) -> tuple[Any, float]:
         """Read the line without keeping a copy (a DMA get into a local store): (value, completion time)."""
@@ -198,11 +230,27 @@ class Memory:
         """Atomic fetch-and-or: (old value, completion time)."""
         return self.exchange(line, core, line.value | bits, at)
 
-    def cas(self, line: Line, core: int, expected: Any, new: Any) -> tuple[bool, Any, float]:
-        """Compare-and-swap: (succeeded, value found, completion time); a failed CAS still owns the line."""
+    def holds(self, line: Line, core: int, at: float) -> bool:
+        """Whether ``core`` still has the line at ``at``: the line's last exclusive operation is the
+        core's own and ended at most the core's hold window before ``at``.
+
+        An operation the core issues then runs on the line it has, before the request of any other
+        core issued meanwhile can take the line away: chain it with ``at``.
+        """
+        return line.holder == core and at - line.free_at <= self.hold_ns[core]
+
+    def cas(self, line: Line, core: int, expected: Any, new: Any,
+            at: float | None = None) -> tuple[bool, Any, float]:
+        """Compare-and-swap: (succeeded, value found, completion time).
+
+        A failed CAS still takes the line (x86's locked CMPXCHG writes it back either way), so the
+        core has the line when the CAS completes. A retry it issues within its hold window (see
+        ``holds``), chained with ``at``, runs there one ``atomic`` later, ahead of the requests issued
+        after the failed CAS, and finds the value the failure found: it cannot fail again.
+        """
         found = line.value
         succeeded = found == expected
-        old, done = self.exchange(line, core, new if succeeded else found)
+        old, done = self.exchange(line, core, new if succeeded else found, at)
         if not succeeded:
             self.cas_failures += 1
         return succeeded, old, done

@@ -63,11 +63,11 @@ def test_guided_keeps_its_first_chunks_in_place_only_when_the_release_order_repe
     assert share(central, *remote) > 3 * share(tree, *remote)
 
 
-def test_the_e3_sweep_runs_both_openmp_barriers():
+def test_the_e3_sweep_runs_the_publications_openmp_runtime_and_libgomp():
     experiment = load_experiment(ROOT / "experiments" / "e3-affinity-xeon-e5.toml")
     schedulers = {p["scheduler"] for p in experiment.points}
-    assert {"omp-guided:chunk=0", "omp-guided:chunk=0,barrier=central",
-            "omp-dynamic:chunk=0", "omp-dynamic:chunk=0,barrier=central"} <= schedulers
+    assert {"omp-static:runtime=llvm", "omp-guided:chunk=0,runtime=llvm", "omp-guided:chunk=0,runtime=gnu",
+            "omp-dynamic:chunk=0,runtime=llvm", "omp-dynamic:chunk=0,runtime=gnu"} <= schedulers
 
 
 def test_static_beats_dynamic_at_79_mb_because_dynamic_reads_remote_dram():

@@ -79,7 +79,7 @@ def test_ich_keeps_d_on_a_balanced_loop_and_adapts_on_exp_dec():
     threads = 28
     balanced = simsched.simulate(HASWELL, "ich", "uforall:n=100000,cost_ns=1000", threads)
     changes = balanced.counters.get("d_halved", 0) + balanced.counters.get("d_doubled", 0)
-    # At most the early reporters' one-off doubling (they see a total that lacks the others).
+    # At most the early reporters' one-off doubling (they read counters the others have not written yet).
     assert changes <= 2 * threads
     assert balanced.counters["steals"] < balanced.counters["chunks"] / 50
 
@@ -103,24 +103,29 @@ def ich_on(threads, eps=0.33):
     return sim, sched
 
 
-def test_ich_classifies_against_the_shared_mean_and_pays_for_it():
+def test_ich_classifies_against_the_mean_of_every_counter_and_pays_for_reading_them():
     sim, ich = ich_on(2)
     assert ich.d == [2, 2]
-    # Worker 0 reports 100 first: mu = 100 / 2 = 50, 100 > 50 * 1.33, high: d doubles.
-    # The total's line is homed at core 0: a local atomic, 10 ns.
-    assert ich.report(sim, 0, 100) == 10
+    # Toy machine: one-way latency 100, a transfer 50, a store 1; no caches described, so one read at a time.
+    # Worker 0 ends a chunk of 100 at time 0: it stores k0 = 100 on its own line (done at 1), reads its own
+    # (a hit) and worker 1's, homed at core 1 and never written (one transfer: 51). mu = 100 / 2 = 50,
+    # 100 > 50 * 1.33: high, d doubles.
+    assert ich.report(sim, 0, 100) == 51
     assert ich.d[0] == 4
-    # Worker 1 reports 10: mu = 110 / 2 = 55, 10 < 55 * 0.67, low: d halves. Its atomic queues
-    # behind worker 0's and pays a transfer: 10 + 50 + 10.
-    assert ich.report(sim, 1, 10) == 70
+    # Worker 1 ends a chunk of 10: its store (done at 1), then worker 0's line, written at 0, which it sees no
+    # sooner than one latency after that write (100). mu = 110 / 2 = 55, 10 < 55 * 0.67: low, d halves.
+    assert ich.report(sim, 1, 10) == 100
     assert ich.d[1] == 1
-    # Still low (20 < 60 * 0.67), but d never drops below 1: the whole queue is one chunk.
-    ich.report(sim, 1, 10)
+    # Nothing rewrote worker 0's line since worker 1 read it: the mean costs no transfer now. Still low
+    # (20 < 60 * 0.67), but d never drops below 1: the whole queue is one chunk.
+    assert ich.report(sim, 1, 10) == 1
     assert ich.d[1] == 1 and ich.chunk_size(1, 37) == 37
     # Within the band nothing changes: k1 = 120 against mu = 220 / 2 = 110 +- 36.3.
     ich.report(sim, 1, 100)
     assert ich.d == [4, 1] and ich.k == [100, 120]
     assert sim.counters["d_doubled"] == 1 and sim.counters["d_halved"] == 2
+    # No atomic anywhere: each report is a plain store and reads.
+    assert sim.memory.atomics == 0 and sim.memory.transfers == 2
 
 
 def test_ich_thief_averages_k_and_d_with_its_victim():

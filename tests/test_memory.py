@@ -199,7 +199,9 @@ INLINE_CASES = [
     ("xeon-e5-4620", "omp-dynamic", "arrays:n=512,bytes=4096,balance=unbalanced", 8),
     ("cell-qs22", "omp-dynamic:chunk=2", "exp-inc:n=3000", 16),   # reservation atomics: the claim calls the method
     ("cell-qs22", "stealing", "exp-inc:n=3000", 16),
-    ("cell-qs22", "ich", "exp-dec:n=3000", 16),   # the compiled loop calls the report, whose atomic may be lost
+    ("cell-qs22", "ich", "exp-dec:n=3000", 16),
+    ("haswell-e5-2695v3", "ich:mu_every=3", "exp-dec:n=3000", 28),   # reads of the counters every third chunk
+    ("uniform", "ich", "exp-dec:n=3000", 16),   # no caches described: the counters are read one after another
 ]
 
 

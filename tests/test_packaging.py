@@ -69,7 +69,7 @@ def test_the_wheel_ships_the_matrices(installed, tmp_path):
     # Read by name from the install, outside any checkout.
     proc = subprocess.run([sys.executable, "-m", "simsched.cli", "run", "--machine", "haswell-e5-2695v3",
                            "--scheduler", "omp-static", "--threads", "2", "--workload",
-                           "spmv:matrix=banded,iters=1,row_ns=0,nnz_ns=1", "--json"], capture_output=True, text=True,
+                           "spmv:matrix=banded,iters=1,row_ns=0,nnz_ns=1,data=0", "--json"], capture_output=True, text=True,
                           cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(target)}, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["sequential_ns"] == 2048 * 9

@@ -106,11 +106,19 @@ def test_all_core_clock_caps_the_peak_speedup():
     m = simsched.load_machine("xeon-e7-4860v2")
     factors = m.speed_factors(48)
     clock = m.data["clock"]
-    expected = clock["turbo_max_ghz"] / clock["turbo_all_ghz"] / clock["all_core_throughput"]
+    expected = clock["turbo_max_ghz"] / clock["turbo_all_ghz"]
     assert np.allclose(factors, expected)
     assert m.speed_factors(1)[0] == 1.0
     r = simsched.simulate(m, "fg-tree", "uforall:n=480,total_us=100000", 48)
     assert r.speedup == pytest.approx(48 / expected, rel=0.01)
+
+
+def test_all_core_throughput_still_lowers_a_machine_s_peak():
+    # A machine file may still give the throughput a full socket keeps: it multiplies the clock's factor.
+    m = simsched.load_machine("xeon-e7-4860v2").replace(**{"clock.all_core_throughput": 0.8})
+    clock = m.data["clock"]
+    assert np.allclose(m.speed_factors(48), clock["turbo_max_ghz"] / clock["turbo_all_ghz"] / 0.8)
+    assert m.speed_factors(1)[0] == 1.0
 
 
 def test_event_count_does_not_grow_with_iterations():

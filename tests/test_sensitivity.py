@@ -77,9 +77,9 @@ def test_sensitivity_runs_each_variant_and_reports_each_figure(small_e1, tmp_pat
 @pytest.mark.parametrize("vary, message", [
     ("latency_ns.sockethop=0.8", "--vary latency_ns.sockethop: machine xeon-e7-4860v2 has no latency_ns.sockethop"),
     ("latency_ns.socket_hop=-1", "--vary latency_ns.socket_hop: factors must be finite and > 0, got -1"),
-    ("clock.all_core_throughput=2", "--vary clock.all_core_throughput: factor 2 gives 1.44, which the machine "
-                                    "refuses: xeon-e7-4860v2 (modified): clock.all_core_throughput must be in (0, 1], "
-                                    "got 1.44"),
+    ("latency_ns.transfer_fraction=10",
+     "--vary latency_ns.transfer_fraction: factor 10 gives 2, which the machine refuses: xeon-e7-4860v2 "
+     "(modified): latency_ns.transfer_fraction must be in (0, 1], got 2.0"),
     ("topology.sockets=0.3", "--vary topology.sockets: topology.sockets is a whole number (4); factor 0.3 makes it "
                              "1.2"),
     ("coherence.protocol=2", "--vary coherence.protocol: coherence.protocol of machine xeon-e7-4860v2 is not a "

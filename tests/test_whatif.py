@@ -145,6 +145,34 @@ def test_noise_adds_no_events_and_each_seed_is_one_history():
     assert simulate(spec, "omp-dynamic", "uniform:n=5000", 8, seed=4).makespan_ns != noisy.makespan_ns
 
 
+NOISE_SEEDS = """
+[experiment]
+name = "noise-seeds"
+
+[grid]
+machine = ["uniform:cores=4", "uniform:cores=4[noise.rate_hz=20000,noise.duration_us=5]",
+           "uniform:cores=4[noise.late_us=20,noise.late=\\"exponential\\"]"]
+scheduler = "omp-static"
+threads = 4
+workload = "uforall:n=400,cost_ns=1000"
+seed = [0, 1, 2]
+"""
+
+
+def test_a_sweep_gives_each_seed_its_own_noise_history(tmp_path):
+    """A static schedule draws nothing itself, but its noise is drawn from the seed: no seed is a copy."""
+    config = tmp_path / "noise-seeds.toml"
+    config.write_text(NOISE_SEEDS, encoding="utf-8")
+    assert main(["sweep", str(config), "--out", str(tmp_path / "r"), "--jobs", "1", "--quiet"]) == 0
+    rows = pd.read_csv(tmp_path / "r" / "results.csv", keep_default_na=False)
+    quiet, noisy = rows[rows["machine"] == "uniform:cores=4"], rows[rows["machine"] != "uniform:cores=4"]
+    # The quiet machine's seeds are one run, copied; each noisy seed is simulated and draws its own history.
+    assert (quiet["reused_from"] != "").sum() == 2 and quiet["makespan_ns"].nunique() == 1
+    assert (noisy["reused_from"] == "").all() and set(noisy["seed_independent"].astype(str)) == {"False"}
+    for machine, runs in noisy.groupby("machine"):
+        assert runs["makespan_ns"].nunique() == 3, f"{machine}: seeds gave {list(runs['makespan_ns'])}"
+
+
 def test_a_late_worker_starts_its_static_block_late_but_stealing_absorbs_it():
     late = "uniform:cores=4[noise.late_us=50,noise.late_workers=1]"
     work = "uforall:n=400,cost_ns=1000"

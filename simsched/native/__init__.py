@@ -18,6 +18,7 @@ import pandas as pd
 from .. import affinity
 from ..engine import STATES, verify_exactly_once
 from ..schedulers.base import default_grain
+from ..schedulers.runtimes import guided_sizes
 from ..spec import MAX_INT
 from ..errors import ExecutionError, SimschedError
 from ..locality import ELEMENT_BYTES, Footprint
@@ -111,7 +112,7 @@ def native_config(scheduler, n: int = 0, threads: int = 1) -> tuple[str, str, bo
         raise SimschedError(f"native mode runs {', '.join(NATIVE)}; not {scheduler.name}")
     if barrier is None:
         # The native runtime has one tree barrier: the simulator's tree-shaped kinds all map to it.
-        kind = scheduler.params.get("barrier", "tree")
+        kind = getattr(scheduler, "barrier_kind", None) or scheduler.params.get("barrier", "tree")
         if kind == "dissemination":
             raise SimschedError("native mode has central and tree barriers, not dissemination")
         barrier = "central" if kind == "central" else "tree"
@@ -119,11 +120,16 @@ def native_config(scheduler, n: int = 0, threads: int = 1) -> tuple[str, str, bo
     if "sleep_after" in scheduler.PARAMS and params["sleep_after"] != scheduler.PARAMS["sleep_after"].default:
         raise SimschedError(f"native mode: {scheduler.name}'s idle workers spin and never sleep, so "
                             f"sleep_after={params['sleep_after']} has no native counterpart")
+    if "mu_every" in scheduler.PARAMS and params["mu_every"] != scheduler.PARAMS["mu_every"].default:
+        raise SimschedError(f"native mode: {scheduler.name}'s threads read every progress counter after each chunk, "
+                            f"so mu_every={params['mu_every']} has no native counterpart")
     # The TBB partitioners' grainsize and hybrid's grain are the native runtime's chunk: ranges above it split.
     given = params.get("chunk", params.get("grainsize", params.get("grain", 0)))
     chunk = _check_integer("chunk", int(given or 0), 0, INT32)
     if chunk == 0 and share in ("hybrid", "dynamic", "guided"):
         chunk = default_grain(n, threads)  # cilk_for's grain: hybrid's leaves, and omp chunk=0
+    if share == "guided" and scheduler.runtime.guided == "llvm":
+        share = "guided_llvm"  # libomp's rule: R/2P by CAS, then chunks of k by fetch-and-add
     return share, barrier, fork_full, join_full, chunk
 
 
@@ -173,6 +179,8 @@ def expected_chunks(share: str, chunk: int, sizes, loops: int, threads: int) -> 
                 left -= min(max(-(-left // threads), step), left)
                 count += 1
             return count
+        if share == "guided_llvm":
+            return len(guided_sizes("llvm", n, threads, step))
         if share in SPLIT_TO_CHUNK:
             return -(-n // step)
         return min(n, threads * (n.bit_length() + 2))
@@ -215,7 +223,9 @@ def _program(spec, seed: int):
         raise SimschedError(f"native mode runs loops of at most {INT32} iterations")
     # The simulator charges these prefix sums; their differences are the costs it sees.
     costs = np.ascontiguousarray(np.diff(loop.prefix), dtype=np.float64)
-    return costs, loop.data, rng
+    # Data the workload gives unasked (an application's) is left out: the kernel runs declared data only.
+    data = None if loop.data is not None and loop.data.optional else loop.data
+    return costs, data, rng
 
 
 def _footprint(spec, footprint, n: int, array_bytes):
@@ -271,6 +281,11 @@ def kernel(footprint, rng) -> tuple:
     if mapped > free:
         raise SimschedError(f"the memory kernel would need {mapped / 2**30:.2f} GiB ({what}); only "
                             f"{free / 2**30:.2f} GiB of memory is free here")
+    if footprint.gather is not None:
+        raise SimschedError("native mode's memory kernel runs each iteration's own data; these iterations "
+                            "also read an array they share: give the workload data=0 to run its compute alone")
+    if footprint.placement == "master" and len(_numa_nodes()) > 1:
+        raise SimschedError("placement=master: native mode places pages by first touch or interleave")
     mask = 0
     if footprint.placement == "interleave":  # on a one-node host this changes nothing
         nodes = _numa_nodes()

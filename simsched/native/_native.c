@@ -56,6 +56,8 @@ enum { SHARE_STATIC, SHARE_DYNAMIC, SHARE_GUIDED, SHARE_STEALING, SHARE_REPLAY, 
 enum { SHARE_TABLE = SHARE_TBB_SIMPLE + 1, SHARE_STATIC_TABLE };
 /* tbb-auto and tbb-affinity: tbb-simple's deques with oneTBB's auto and affinity partitioners. */
 enum { SHARE_TBB_AUTO = SHARE_STATIC_TABLE + 1, SHARE_TBB_AFFINITY };
+/* omp-guided under runtime=llvm: libomp's guided rule (SHARE_GUIDED is libgomp's). */
+enum { SHARE_GUIDED_LLVM = SHARE_TBB_AFFINITY + 1 };
 enum { BARRIER_CENTRAL, BARRIER_TREE };
 
 typedef struct { int64_t loop, lo, hi; double start, end; } chunk_rec;
@@ -75,7 +77,7 @@ typedef struct {
     int64_t cursor;   /* replay: the worker's next planned chunk */
     uint64_t rng;     /* random victims (xorshift) */
     double exit;      /* when it left the last loop's join */
-    long ich_k, ich_d, ich_reported;   /* iCh: iterations done, divisor, k last added to the total */
+    long ich_k, ich_d;  /* iCh: iterations done, divisor */
     int victim;       /* static_steal: the next victim to try (libomp's parm4) */
     long tasks;       /* tbb-*: ranges spawned onto its deque */
     double *marks;    /* timeline only: per loop, when the worker reached the fork, left it, reached the
@@ -116,8 +118,9 @@ struct run {
     int tables;                 /* table / static-table: loop l claims from table l % tables, whose bounds are
                                  * plan[plan_start[t]] .. plan[plan_start[t + 1] - 1] */
     double eps;                 /* iCh: band around the mean progress */
-    padded ich_total;           /* iCh: sum of every thread's k, so mu = total / P */
-    padded *ich_d, *ich_k;      /* iCh: each thread's divisor and progress, read by its thieves */
+    /* iCh: each thread's divisor and progress, a line each: its thieves read both, and every thread reads all
+     * the progress counters for the mean mu = sum_j k_j / P */
+    padded *ich_d, *ich_k;
     padded *claimed;            /* hybrid: claim flags of the R partitions */
     padded claims_left;         /* hybrid: partitions not claimed yet */
     int partitions;             /* hybrid: R, the smallest power of two >= P */
@@ -534,9 +537,8 @@ static void prepare(run_t *r, int loop)
             atomic_store(&r->ranges[w].v, (long)pack(lo, hi));
         }
     if (r->share == SHARE_ICH) {
-        atomic_store(&r->ich_total.v, 0);
         for (int w = 0; w < P; w++) {
-            r->ws[w].ich_k = r->ws[w].ich_reported = 0;
+            r->ws[w].ich_k = 0;
             r->ws[w].ich_d = P;
             atomic_store(&r->ich_d[w].v, P);
             atomic_store(&r->ich_k[w].v, 0);
@@ -619,12 +621,14 @@ static int steal_half(run_t *r, worker_state *s, int w, long *lo, long *hi)
     return 0;
 }
 
-/* iCh: after a chunk, classify against the mean progress and adapt the divisor. */
+/* iCh: after a chunk, publish the progress on the own line, read every thread's for the mean progress,
+ * classify against it and adapt the divisor. */
 static void ich_adapt(run_t *r, worker_state *s, int w, long done)
 {
     s->ich_k += done;
-    long total = atomic_fetch_add(&r->ich_total.v, s->ich_k - s->ich_reported) + (s->ich_k - s->ich_reported);
-    s->ich_reported = s->ich_k;
+    atomic_store_explicit(&r->ich_k[w].v, s->ich_k, memory_order_relaxed);
+    long total = 0;
+    for (int j = 0; j < r->threads; j++) total += atomic_load_explicit(&r->ich_k[j].v, memory_order_relaxed);
     double mu = (double)total / r->threads, delta = r->eps * mu;
     if (s->ich_k < mu - delta) {
         if (s->ich_d > 1) s->ich_d /= 2;
@@ -634,7 +638,6 @@ static void ich_adapt(run_t *r, worker_state *s, int w, long done)
         s->d_doubled++;
     }
     atomic_store_explicit(&r->ich_d[w].v, s->ich_d, memory_order_relaxed);
-    atomic_store_explicit(&r->ich_k[w].v, s->ich_k, memory_order_relaxed);
 }
 
 /* Own range, then steals, until nothing is left to steal. */
@@ -1060,6 +1063,41 @@ static void run_tbb(run_t *r, int w, worker_state *s, int loop)
     }
 }
 
+/* libomp's guided (kmp_sch_guided_iterative_chunked): while at least 2P(k + 1) iterations are left, a chunk of
+ * (long)(left * (0.5 / P)) claimed by CAS, the counter read afresh after a failed one; then chunks of k by
+ * fetch-and-add on the same counter. A loop with (2k + 1)P >= n is plain dynamic; one thread's loop is one chunk. */
+static void run_guided_llvm(run_t *r, worker_state *s, int loop)
+{
+    long n = r->n, k = r->chunk > 0 ? r->chunk : 1;
+    int P = r->threads;
+    if (P == 1) {
+        if (n > 0) run_chunk(r, s, loop, 0, n);
+        return;
+    }
+    if ((2 * k + 1) * P >= n) { run_dynamic(r, s, loop); return; }
+    long below = 2L * P * (k + 1);
+    double share = 0.5 / (double)P;
+    for (;;) {
+        long lo, hi;
+        for (;;) {
+            lo = atomic_load(&r->next.v);
+            long left = n - lo;
+            if (left <= 0) return;
+            s->claims++;
+            if (left < below) {
+                lo = atomic_fetch_add(&r->next.v, k);
+                if (lo >= n) { s->failed_claims++; return; }
+                hi = lo + k < n ? lo + k : n;
+                break;
+            }
+            hi = lo + (long)((double)left * share);
+            if (atomic_compare_exchange_strong(&r->next.v, &lo, hi)) break;
+            s->failed_claims++;
+        }
+        run_chunk(r, s, loop, lo, hi);
+    }
+}
+
 static void share(run_t *r, int w, worker_state *s, int loop)
 {
     long n = r->n, lo, hi;
@@ -1076,6 +1114,9 @@ static void share(run_t *r, int w, worker_state *s, int loop)
         break;
     case SHARE_DYNAMIC:
         run_dynamic(r, s, loop);
+        break;
+    case SHARE_GUIDED_LLVM:
+        run_guided_llvm(r, s, loop);
         break;
     case SHARE_GUIDED:
         for (;;) {
@@ -1222,7 +1263,7 @@ static int run_threads(int threads, const int *cpus, void *(*body)(void *), void
 
 static const char *SHARES[] = {"static", "dynamic", "guided", "stealing", "replay", "ich", "hybrid",
                                "static_steal", "tbb_simple", "table", "static-table", "tbb_auto",
-                               "tbb_affinity", NULL};
+                               "tbb_affinity", "guided_llvm", NULL};
 static const char *BARRIERS[] = {"central", "tree", NULL};
 
 static int lookup(const char *name, const char **names)
@@ -2113,6 +2154,184 @@ static PyObject *native_memory(PyObject *self, PyObject *args)
     return result;
 }
 
+/* ---- loaded latency --------------------------------------------------------------------- */
+
+/* Thread 0 times a pointer chase while, step by step, 0, 1, ... of the other threads read their own buffers
+ * in order: the latency of a dependent miss under the others' load. The buffers are built once for all steps.
+ */
+typedef struct {
+    int threads, steps;
+    const long *counts;                /* step s: threads 1 .. counts[s] read */
+    size_t chase_bytes, stream_bytes, line;
+    long batches, batch_loads;         /* per step: timed batches of dependent loads */
+    uint64_t seed;
+    atomic_int ready, finished, abort_flag, failed, done;
+    padded go, stop, started, stopped; /* go, stop = s + 1: step s began, ended; readers started, stopped */
+    double *samples;                   /* steps x batches: ns per load of each batch */
+    double *gbs;                       /* steps: what the readers read together, GB/s */
+    double bytes[MAX_PROBE_THREADS], ns[MAX_PROBE_THREADS];
+} loaded_t;
+
+typedef struct { loaded_t *p; int w; } loaded_arg;
+
+#define LOADED_ABORTED(p) atomic_load_explicit(&(p)->abort_flag, memory_order_relaxed)
+#define LOADED_SEGMENT ((size_t)256 << 10)   /* a reader looks for its step's end after this many bytes */
+
+static void *mmap_probe(size_t bytes)
+{
+    char *buf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+    madvise(buf, bytes, MADV_HUGEPAGE);   /* as the other memory probes: time the memory, not page walks */
+#endif
+    return buf;
+}
+
+static void loaded_chaser(loaded_t *p)
+{
+    probe_t chase = {.line = p->line};   /* build_chase and chase_steps only read its line and abort flag */
+    size_t lines = p->chase_bytes / p->line;
+    char *buf = mmap_probe(p->chase_bytes);
+    void *cursor = buf;
+    if (!buf || build_chase(&chase, buf, lines, p->seed) < 0) atomic_store(&p->failed, 1);
+    else cursor = chase_steps(&chase, buf, p->batch_loads);   /* warm (the build wrote every line) */
+    atomic_fetch_add(&p->ready, 1);
+    while (atomic_load(&p->ready) < p->threads && !LOADED_ABORTED(p)) cpu_relax();
+    for (int s = 0; s < p->steps && !atomic_load(&p->failed) && !LOADED_ABORTED(p); s++) {
+        long readers = p->counts[s];
+        atomic_store(&p->started.v, 0);
+        atomic_store(&p->stopped.v, 0);
+        atomic_store(&p->go.v, s + 1);
+        while (atomic_load(&p->started.v) < readers && !LOADED_ABORTED(p)) cpu_relax();
+        cursor = chase_steps(&chase, cursor, p->batch_loads);   /* untimed: the readers reach their pace */
+        for (long b = 0; b < p->batches && !LOADED_ABORTED(p); b++) {
+            double start = now_ns();
+            cursor = chase_steps(&chase, cursor, p->batch_loads);
+            p->samples[(size_t)s * p->batches + b] = (now_ns() - start) / (double)p->batch_loads;
+        }
+        atomic_store(&p->stop.v, s + 1);
+        while (atomic_load(&p->stopped.v) < readers && !LOADED_ABORTED(p)) cpu_relax();
+        double gbs = 0;
+        for (int w = 1; w <= readers; w++) gbs += p->ns[w] > 0 ? p->bytes[w] / p->ns[w] : 0;
+        p->gbs[s] = gbs;
+    }
+    atomic_store(&p->done, 1);
+    if (cursor == (void *)1) p->gbs[0] = -1;   /* keeps the chase's result alive */
+    if (buf) munmap(buf, p->chase_bytes);
+}
+
+static void loaded_reader(loaded_t *p, int w)
+{
+    char *buf = mmap_probe(p->stream_bytes);
+    if (!buf) atomic_store(&p->failed, 1);
+    else for (size_t k = 0; k < p->stream_bytes / sizeof(double); k++) ((double *)buf)[k] = 1.0;   /* fault */
+    atomic_fetch_add(&p->ready, 1);
+    volatile double sink = 0;
+    size_t at = 0;
+    long seen = 0;
+    while (!atomic_load(&p->done) && !LOADED_ABORTED(p)) {
+        long go = atomic_load(&p->go.v);
+        if (go == seen) { cpu_relax(); continue; }
+        seen = go;
+        if (!buf || w > p->counts[go - 1]) continue;   /* not reading in this step */
+        double bytes = 0, start = now_ns();
+        atomic_fetch_add(&p->started.v, 1);
+        while (atomic_load_explicit(&p->stop.v, memory_order_acquire) < go && !LOADED_ABORTED(p)) {
+            size_t n = p->stream_bytes - at < LOADED_SEGMENT ? p->stream_bytes - at : LOADED_SEGMENT;
+            sink += read_words((const uint64_t *)(buf + at), n / sizeof(uint64_t));
+            bytes += (double)n;
+            at = at + n == p->stream_bytes ? 0 : at + n;
+        }
+        p->bytes[w] = bytes;
+        p->ns[w] = now_ns() - start;
+        atomic_fetch_add(&p->stopped.v, 1);
+    }
+    (void)sink;
+    if (buf) munmap(buf, p->stream_bytes);
+}
+
+static void *loaded_side(void *v)
+{
+    loaded_arg *a = v;
+    if (a->w == 0) loaded_chaser(a->p);
+    else loaded_reader(a->p, a->w);
+    atomic_fetch_add(&a->p->finished, 1);
+    return NULL;
+}
+
+/* loaded(cpus, chase_bytes, stream_bytes, line, counts, batches, batch_loads, seed, timeout_s)
+ *   -> [(ns per load of each batch as float64 bytes, readers' GB/s together), ...], one per step:
+ * a pointer chase over ``chase_bytes`` on cpus[0], timed in ``batches`` batches of ``batch_loads`` loads,
+ * while cpus[1 .. counts[step]] each read a buffer of ``stream_bytes`` of their own in order, again and
+ * again.
+ */
+static PyObject *native_loaded(PyObject *self, PyObject *args)
+{
+    PyObject *cpu_list, *count_list;
+    Py_ssize_t chase_bytes, stream_bytes, line;
+    long batches, batch_loads;
+    unsigned long long seed;
+    double timeout_s;
+    int pinned, status;
+    if (!PyArg_ParseTuple(args, "O!nnnO!llKd", &PyList_Type, &cpu_list, &chase_bytes, &stream_bytes, &line,
+                          &PyList_Type, &count_list, &batches, &batch_loads, &seed, &timeout_s))
+        return NULL;
+    int threads = (int)PyList_Size(cpu_list), steps = (int)PyList_Size(count_list);
+    if (threads < 1 || threads > MAX_PROBE_THREADS || steps < 1 || steps > 1024
+        || line < (Py_ssize_t)sizeof(void *) + 8 || chase_bytes < 2 * line || stream_bytes < (Py_ssize_t)LINE
+        || stream_bytes % (Py_ssize_t)sizeof(uint64_t) || (size_t)chase_bytes / (size_t)line > UINT32_MAX
+        || batches < 1 || batch_loads < 1 || batches > 1000000) {
+        PyErr_SetString(PyExc_ValueError, "loaded: bad thread count, sizes, line, steps or batches");
+        return NULL;
+    }
+    int cpus[MAX_PROBE_THREADS];
+    long counts[1024];
+    for (int i = 0; i < threads; i++) cpus[i] = (int)PyLong_AsLong(PyList_GetItem(cpu_list, i));
+    for (int s = 0; s < steps; s++) {
+        counts[s] = PyLong_AsLong(PyList_GetItem(count_list, s));
+        if (!PyErr_Occurred() && (counts[s] < 0 || counts[s] >= threads)) {
+            PyErr_SetString(PyExc_ValueError, "loaded: each step's readers must be 0 .. threads - 1");
+        }
+    }
+    if (PyErr_Occurred()) return NULL;
+    loaded_t *p = aligned_alloc(LINE, (sizeof(loaded_t) + LINE - 1) / LINE * LINE);
+    double *samples = malloc((size_t)steps * (size_t)batches * sizeof *samples);
+    double *gbs = calloc((size_t)steps, sizeof *gbs);
+    if (!p || !samples || !gbs) { free(p); free(samples); free(gbs); return PyErr_NoMemory(); }
+    memset(p, 0, sizeof *p);
+    p->threads = threads; p->steps = steps; p->counts = counts;
+    p->chase_bytes = (size_t)chase_bytes; p->stream_bytes = (size_t)stream_bytes; p->line = (size_t)line;
+    p->batches = batches; p->batch_loads = batch_loads; p->seed = seed | 1;
+    p->samples = samples; p->gbs = gbs;
+    loaded_arg sides[MAX_PROBE_THREADS];
+    for (int i = 0; i < threads; i++) sides[i] = (loaded_arg){p, i};
+    Py_BEGIN_ALLOW_THREADS
+    status = run_threads(threads, cpus, loaded_side, sides, sizeof sides[0], &p->finished, &p->abort_flag,
+                         timeout_s, &pinned);
+    Py_END_ALLOW_THREADS
+    PyObject *result = NULL;
+    if (status == 2) {
+        /* the signal's exception is set */
+    } else if (status != 0) {
+        char message[120];
+        snprintf(message, sizeof message, "the loaded-latency probe did not finish in %g s", timeout_s);
+        PyErr_SetString(PyExc_TimeoutError, message);
+    } else if (atomic_load(&p->failed)) {
+        PyErr_NoMemory();
+    } else if ((result = PyList_New(steps))) {
+        for (int s = 0; s < steps; s++) {
+            PyObject *raw = bytes_of(samples + (size_t)s * batches, (size_t)batches * sizeof *samples);
+            PyObject *step = raw ? Py_BuildValue("(Nd)", raw, gbs[s]) : NULL;
+            if (!step) { Py_CLEAR(result); break; }
+            PyList_SET_ITEM(result, s, step);
+        }
+    }
+    free(samples);
+    free(gbs);
+    free(p);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"run", native_run, METH_VARARGS, "Run a program of loops on pinned threads and return its trace."},
     {"pingpong", native_pingpong, METH_VARARGS, "One-way latency between two cores by ping-pong, by batch."},
@@ -2121,6 +2340,7 @@ static PyMethodDef methods[] = {
     {"clock_read", native_clock_read, METH_VARARGS, "Cost of one monotonic clock read."},
     {"quanta", native_quanta, METH_VARARGS, "Durations of a fixed work quantum timed again and again (OS noise)."},
     {"memory", native_memory, METH_VARARGS, "Memory probes: chase latency, streaming bandwidth, independent misses."},
+    {"loaded", native_loaded, METH_VARARGS, "Pointer-chase latency while other threads read buffers."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -220,6 +220,12 @@ def measure(threads: int | None = None, rounds: int = 20000, progress=print) -> 
     from .memprobe import measure_hierarchy
 
     memory = measure_hierarchy(cpus, progress)
+    for point in memory.get("loaded", []) if memory else []:
+        progress(f"  chase with {point['readers']} other CPU(s) reading ({point['gbs']:.1f} GB/s): "
+                 f"{point['figure'].spread()}")
+        if point["figure"].apart > TRIES_APART:
+            doubts.append(f"the pointer chase with {point['readers']} other CPU(s) reading differed "
+                          f"{point['figure'].apart:.1f}x between its tries")
     meter.sample()
     load = meter.read()
     if load is not None:

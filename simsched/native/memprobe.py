@@ -4,6 +4,9 @@ The probes live in the C extension (``_native.memory``): a pointer chase around 
 cycle of lines (dependent loads: the latency), a read of every word in order (what one core's
 loads get from a level, and all cores' together from DRAM: the bandwidth, as the machine files
 define it) and independent random loads (how many misses overlap where no prefetcher helps).
+A loaded-latency probe times the pointer chase on one CPU while 0, 1, 2, 4, ... and all the other
+CPUs read large arrays of their own in order: how much longer a miss takes while the others load
+the memory controller, against the GB/s they read meanwhile.
 The stride kernel of native runs (13 doubles apart, modulo each iteration's own array) measures
 how many misses the workloads' ``stride`` pattern overlaps, prefetcher included: its time per
 line from DRAM less its time per line on the same arrays in the core's own caches, which is the
@@ -19,6 +22,8 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import SimschedError
 
 SYS_CPU = Path("/sys/devices/system/cpu")
@@ -32,6 +37,8 @@ JITTER_RUNS = 11           # repetitions of one stream whose spread of times is 
 STRIDE_ARRAY_BYTES = 16 << 10  # the stride probe's array per iteration for outstanding_misses
 STRIDE_ARRAYS_KIB = (1, 4, 16, 64)  # ... and the sizes for stride_misses: a prefetcher's gain depends on it
 KNEE_STEPS = 8             # the last level's capacity is found among this many fractions of it
+LOADED_BATCHES = 100       # the loaded-latency probe: per count of readers and try, this many samples, ...
+LOADED_BATCH_LOADS = 2000  # ... each the mean of this many dependent loads (a fraction of a millisecond)
 SEED = 0x5EED              # the probes' random cycles and addresses (any fixed value: they only need to be random)
 
 
@@ -141,6 +148,41 @@ def stride_ns(size: int, line: int, array_bytes: int = STRIDE_ARRAY_BYTES) -> fl
     return best / (n * array_bytes / line)
 
 
+def loaded_counts(cpus: int) -> list[int]:
+    """How many other CPUs read in each step of the loaded-latency probe: 0, 1, 2, 4, ... and all of them."""
+    others = cpus - 1
+    if others < 1:
+        return []
+    counts = [0, 1]
+    while counts[-1] * 2 < others:
+        counts.append(counts[-1] * 2)
+    return counts if counts[-1] == others else counts + [others]
+
+
+def loaded_latency(cpus: list[int], chase_bytes: int, stream_bytes: int, line: int) -> list[dict]:
+    """Per step of :func:`loaded_counts`: the chase latency on ``cpus[0]`` while so many of the others read.
+
+    Each step runs in every one of ``TRIES`` rounds (the buffers are built once); its figure is
+    the median of the rounds' 10th percentiles of batches of dependent loads, as for the other
+    probes of the calibration, and its GB/s the median of what the readers read together.
+    """
+    from . import _native
+    from .calibrate import Figure
+
+    counts = loaded_counts(len(cpus))
+    if not counts:
+        return []
+    steps = _native.loaded(list(cpus), int(chase_bytes), int(stream_bytes), int(line), counts * TRIES,
+                           LOADED_BATCHES, LOADED_BATCH_LOADS, SEED, PROBE_TIMEOUT_S)
+    points = []
+    for i, readers in enumerate(counts):
+        tries = steps[i::len(counts)]
+        samples = [np.frombuffer(raw, dtype=np.float64) for raw, _ in tries]
+        points.append({"readers": readers, "figure": Figure.of_tries(samples),
+                       "gbs": float(np.median([gbs for _, gbs in tries]))})
+    return points
+
+
 def jitter_cv(cpu: int, size: int, line: int) -> float:
     """The relative standard deviation of the time of one stream over ``size`` bytes, repeated on one core."""
     import statistics
@@ -188,11 +230,22 @@ def measure_hierarchy(cpus: list[int], progress=print) -> dict:
     progress(f"DRAM: reads with 1..{len(cpus)} threads at once")
     shared = [bandwidth] + [read_gbs(cpus[:k], max(dram_bytes // k, 4 * line), line)
                             for k in range(2, len(cpus) + 1)]
+    loaded, stream_bytes = [], 0
+    if len(cpus) > 1:
+        counts = ", ".join(map(str, loaded_counts(len(cpus))))
+        progress(f"DRAM: pointer chase on CPU {first} while {counts} other CPU(s) read at once")
+        others = len(cpus) - 1
+        # Together the readers' arrays are at least the DRAM probes' working set, each at least twice what the
+        # last level holds, so that they read from DRAM; all of them in at most half the free memory.
+        held = levels[-1].size_bytes if levels else 0
+        stream_bytes = min(max(dram_bytes // others, 2 * held), memory_available() // (2 * others + 2))
+        stream_bytes = max(stream_bytes // 4096 * 4096, 4096)
+        loaded = loaded_latency(cpus, dram_bytes, stream_bytes, line)
     return {"line_bytes": line, "levels": measured, "knee": knee, "listed_bytes": listed, "dram_bytes": dram_bytes,
             "dram_latency_ns": dram_latency, "independent_ns": independent, "stride": stride,
             "hot_bytes": hot_bytes, "hot_line_ns": hot_line,
             "dram_bandwidth_gbs": bandwidth, "shared_gbs": shared, "jitter_cv": jitter, "memory_bytes": memory_total(),
-            "cpu": first}
+            "cpu": first, "loaded": loaded, "loaded_stream_bytes": stream_bytes}
 
 
 def capacity_chase(cpu: int, levels: list[Cache], line: int) -> list[tuple[int, float]]:
@@ -281,6 +334,43 @@ def _stride_entries(m: dict) -> list[str]:
                f"{_kib(m['dram_bytes'])} and over {_kib(m['hot_bytes'])}, so ns from DRAM: {times})")]
 
 
+def loaded_curve(points: list[dict]) -> tuple[list[tuple[float, float]], list[str]]:
+    """The ``loaded_latency_ns`` pairs (GB/s read, ns) of the probe's ``points``, and what was changed.
+
+    A curve's GB/s rise (a step whose readers read no more than the one before is left out) and
+    its ns do not fall (a step faster than the one before is raised to it).
+    """
+    pairs, notes = [], []
+    for point in points:
+        gbs, ns = round(point["gbs"], 1), round(point["figure"].value, 1)
+        if pairs and gbs <= pairs[-1][0]:
+            notes.append(f"{point['readers']} reading CPU(s) left out: {gbs:.1f} GB/s, no more than the step "
+                         "before")
+            continue
+        if pairs and ns < pairs[-1][1]:
+            notes.append(f"{point['readers']} reading CPU(s): {ns:.1f} ns raised to the step before's")
+            ns = pairs[-1][1]
+        pairs.append((0.0 if not pairs else gbs, ns))
+    return pairs, notes
+
+
+def _loaded_entry(m: dict) -> list[str]:
+    """``loaded_latency_ns`` and its source, where the probe ran (more than one CPU); nothing otherwise."""
+    pairs, notes = loaded_curve(m.get("loaded", []))
+    if len(pairs) < 2:
+        return []
+    steps = "; ".join(f"{p['readers']} CPU(s) {p['gbs']:.1f} GB/s, {p['figure'].spread()}"
+                      for p in m["loaded"])
+    curve = "[" + ", ".join(f"[{gbs:.1f}, {ns:.1f}]" for gbs, ns in pairs) + "]"
+    return [_entry("loaded_latency_ns", curve,
+                   f"[GB/s the other CPUs read, ns]: pointer chase as for latency_ns on CPU {m['cpu']} over "
+                   f"{_kib(m['dram_bytes'])} while 0, 1, ... of the other CPUs each read "
+                   f"{_kib(m['loaded_stream_bytes'])} of their own in order, again and again; each the "
+                   f"median over {TRIES} tries of the 10th percentile of {LOADED_BATCHES} samples of "
+                   f"{LOADED_BATCH_LOADS} dependent loads, beside the median GB/s the readers read together "
+                   f"(by reading CPUs: {steps})" + "".join(f"; {note}" for note in notes))]
+
+
 def hierarchy_text(m: dict) -> str:
     """The ``[cache.lN]`` and ``[dram]`` sections for measurements ``m``, each value commented with its source."""
     out = ["", f"# The memory hierarchy: sizes, lines and sharing from {SYS_CPU}/cpu{m['cpu']}/cache/index*/ (data and",
@@ -324,6 +414,7 @@ def hierarchy_text(m: dict) -> str:
             _entry("shared_bandwidth_gbs", f"{shared[best]:.1f}", f"the best aggregate of 1..{len(shared)} threads "
                    f"reading {size} split between them, all at once ({best + 1} thread(s)); GB/s by thread count: "
                    f"[{', '.join(f'{x:.1f}' for x in shared)}]"),
+            *_loaded_entry(m),
             _entry("jitter_cv", f"{min(m['jitter_cv'], 0.5):.3f}", f"standard deviation / mean of the time of "
                    f"{JITTER_RUNS} identical passes of the stream kernel (each double loaded, incremented, stored "
                    f"back) over {size} on one core (capped at 0.5)"), ""]

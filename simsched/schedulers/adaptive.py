@@ -151,9 +151,11 @@ class WeightedFactoring(SelfScheduling):
             sim.counters["claims"] += 1
             while lo < n:
                 size, t = self.size(sim, w, state, lo, t)
-                yield sim.charged(w, "schedule", t)
+                # A retry sized within the hold window runs on the line its failed CAS left (Memory.holds).
+                if not mem.holds(self.next, w, t):
+                    yield sim.charged(w, "schedule", t)
                 hi = min(lo + size, n)
-                ok, found, t = mem.cas(self.next, w, lo, hi)
+                ok, found, t = mem.cas(self.next, w, lo, hi, at=t)
                 if ok:
                     break
                 sim.counters["failed_claims"] += 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import math
 
 import numpy as np
 
@@ -40,11 +41,33 @@ def lpt(bounds: list[int], estimate: np.ndarray, threads: int) -> list[list[tupl
     return queues
 
 
+def plan_cycles(n: int, most: int, chunks: int, threads: int) -> int:
+    """Operations of the master's plan for a loop of ``n`` iterations cut into ``chunks`` (of at most
+    ``most``) and dealt to ``threads`` queues, one cycle each.
+
+    Reading the n estimates into running sums is a load and an add each; the cut is a binary search of
+    those sums for each of the most - 1 boundaries; the sort of the chunks by load is C log2 C
+    comparisons; the deal is one heap operation per chunk over the P queues' loads, log2 P comparisons.
+    """
+    def log2(x):
+        return math.ceil(math.log2(x)) if x > 1 else 0
+
+    return n + (most - 1) * log2(n + 1) + chunks * log2(chunks) + chunks * log2(threads)
+
+
+def cycle_ns(sim, worker: int) -> float:
+    """One cycle of ``worker``'s core in this run, in ns: the clock sequential work is measured at, slowed as
+    the machine slows that worker's work in this run (its clock and throughput, its socket's cores busy)."""
+    clock = sim.machine.data["clock"]
+    return sim.slowdown[worker] / clock.get("turbo_max_ghz", clock["base_ghz"])
+
+
 class BinLPT(FullBarriers):
     """Chunks of near-equal estimated load dealt longest-first to per-thread queues, shared when one empties.
 
-    The master computes the chunks and queues while it sets up the loop (counted in
-    the machine's loop set-up cost). Each queue's next-chunk index lives on a line homed
+    The master computes the chunks and queues (the plan) after it publishes the loop and
+    before the fork barrier releases the others, charged by its operation count
+    (``plan_cycles``) at its core's clock. Each queue's next-chunk index lives on a line homed
     on its thread's core: the owner claims with a fetch-and-add on it, and a thread
     whose queue is empty does the same on the other queues, visiting them in a fixed
     order starting after itself; a claim past a queue's end means it is empty.
@@ -75,9 +98,22 @@ class BinLPT(FullBarriers):
         if sigma:
             factors = sim.rng.lognormal(0.0, sigma, loop.n)
             estimate = np.concatenate(([0.0], np.cumsum(np.diff(loop.prefix) * factors)))
-        bounds = cut(estimate, min(self.params["chunks"], loop.n))
+        most = min(self.params["chunks"], loop.n)
+        bounds = cut(estimate, most)
         self.queues = lpt(bounds, estimate, sim.threads)
         self.index = [sim.memory.line(f"loop[{index}].queue[{q}]", 0, home=q) for q in range(sim.threads)]
+        # The plan's time is its operation count at about a cycle each: what a pipelined core sustains for a
+        # compare-and-branch, or for a load from a sequential stream feeding an add (the sort's mispredicted
+        # branches would add to it; they are left out, so the plan's cost is a lower bound).
+        self.plan_ns = plan_cycles(loop.n, most, len(bounds) - 1, sim.threads) * cycle_ns(sim, 0)
+
+    def fork(self, sim, w):
+        if w == 0:
+            # Everyone else waits at the fork barrier until the master has the plan.
+            now = sim.env.now
+            end = now + self.plan_ns if sim.noise is None else sim.noise.charge(0, now, self.plan_ns)
+            yield sim.wait(0, "schedule", end)
+        yield from super().fork(sim, w)
 
     def share(self, sim, w, index):
         threads, counters = sim.threads, sim.counters

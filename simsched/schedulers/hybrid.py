@@ -116,10 +116,13 @@ class CilkFineGrain(WorkStealing):
             if value > self.joined[w]:
                 yield from self.barrier.forward(w)
                 self.wake_children(sim, w)
+                yield from sim.arrive(w)
                 yield from self.run_block(sim, w)
                 yield from self.barrier.join(w)
                 failures = 0
                 continue
+            if sim.noise is not None:  # a late worker makes no steal attempt before it arrives
+                yield from sim.arrive(w)
             work = yield from self.steal(sim, w)
             if work is not None:
                 yield from self.strand(sim, w, *work)
@@ -141,6 +144,7 @@ class CilkFineGrain(WorkStealing):
                 sim.loop_end[index] = env.now
                 continue
             t = sim.memory.store(self.descriptor, 0, index, at=env.now + sim.costs["loop_setup"])
+            sim.loop_begins(t)
             while self.sleepers:
                 self.wake(sim, t)
             yield sim.wait(0, "schedule", t)

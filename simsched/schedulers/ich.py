@@ -270,6 +270,11 @@ class ICh(Stealing):
     COUNTERS = STEALING_COUNTERS + ("d_halved", "d_doubled")
     PARAMS = {"eps": Param("eps", float, 0.33, lambda v: v > 0, "> 0",
                            help="band around the mean progress within which d is left alone"),
+              # BL classify after a chunk against the mean of every thread's k, and do not say whether each
+              # classification reads the counts afresh: 1 (every chunk) is the plain reading of their text.
+              "mu_every": Param("mu_every", int, 1, lambda v: v >= 1, ">= 1",
+                                help="a worker reads every thread's k and classifies itself after every "
+                                     "mu_every-th chunk of its own (1: after each chunk)"),
               "barrier": BARRIER_PARAM}
 
     def min_chunks(self, n, threads):
@@ -277,23 +282,28 @@ class ICh(Stealing):
 
     def setup(self, sim):
         super().setup(sim)
-        # How a thread learns the mean progress mu is itself modeled: the shared total is the
-        # sum of every thread's k (mu = total / P). Each thread adds what changed its k since
-        # its last report (its finished chunk, and the shift a steal's averaging made) with one
-        # contended atomic per chunk, rather than reading all P counts (P transfers per chunk).
-        self.total = sim.memory.line("ich.completed", 0, home=0)
-        self.threads, self.eps = sim.threads, self.params["eps"]
+        # Each thread's k on a (padded) line of its own, homed on its core: the owner stores it after each
+        # chunk, and whoever computes the mean progress mu = sum_j k_j / P reads all P of them.
+        self.counter = [sim.memory.line(f"ich.k[{w}]", 0, home=w) for w in range(sim.threads)]
+        self.threads, self.eps, self.every = sim.threads, self.params["eps"], self.params["mu_every"]
+        # Misses a core keeps in flight (its L1 line fill buffers); a machine that describes no caches gives
+        # none, and its reads go one after another.
+        hierarchy = sim.machine.hierarchy
+        self.overlap = hierarchy.outstanding_misses if hierarchy is not None else 1
 
     def prepare(self, sim, index):
         super().prepare(sim, index)
         threads = sim.threads
-        self.k = [0] * threads          # iterations completed (thread-private, published with the bounds)
+        self.k = [0] * threads          # iterations completed (on the thread's counter and queue lines)
         self.d = [threads] * threads    # divisor: first chunk |q|/P, about N/P^2
-        self.unreported = [0] * threads  # change of k by steals, added to the total at the next report
+        self.since = [0] * threads      # chunks since the thread last read the counters
 
     def deal(self, sim, t):
+        # The master zeroes every counter with the queues, before the fork barrier lets anyone read them.
         t = super().deal(sim, t)
-        return sim.memory.store(self.total, 0, 0, at=t)
+        for line in self.counter:
+            t = sim.memory.store(line, 0, 0, at=t)
+        return t
 
     def extra(self, w):
         return (self.k[w], self.d[w])
@@ -304,23 +314,29 @@ class ICh(Stealing):
     def adaptive(self, sim, w):
         mem = sim.memory
         policy = type(self)
-        # The compiled policy is ICh's own hooks, and its report has no lost reservations.
-        if mem.reservations or (policy.report, policy.chunk_size, policy.extra) != (ICh.report, ICh.chunk_size,
-                                                                                    ICh.extra):
+        # The compiled policy is ICh's own hooks.
+        if (policy.report, policy.chunk_size, policy.extra) != (ICh.report, ICh.chunk_size, ICh.extra):
             return None
-        return (self.total, self.k, self.d, self.unreported, sim.counters, self.eps, self.n,
-                [row[w] for row in mem.transfer], mem._notify)
+        return (self.counter, self.k, self.d, self.since, sim.counters, self.eps, self.every, self.n,
+                self.overlap, [row[w] for row in mem.transfer], [row[w] for row in mem.lat], mem._notify)
 
     def least(self, w):
         return 1
 
     def report(self, sim, w, size):
-        change = size + self.unreported[w]
-        self.unreported[w] = 0
-        old, t = sim.memory.fetch_add(self.total, w, change, sim.env._now)
-        mu = (old + change) / self.threads
-        delta = self.eps * mu
+        mem = sim.memory
         k = self.k[w] = self.k[w] + size
+        # A plain store to the thread's own line: a transfer falls on the next reader, not on the owner.
+        t = mem.store(self.counter[w], w, k, sim.env._now)
+        self.since[w] += 1
+        if self.since[w] < self.every:
+            return t
+        self.since[w] = 0
+        # Each line another core wrote since this thread last read it costs a transfer from that core; the
+        # P loads are independent, so the core overlaps their misses as far as its fill buffers go.
+        values, t = mem.read_all(self.counter, w, t, self.overlap)
+        mu = sum(values) / self.threads
+        delta = self.eps * mu
         if k < mu - delta:              # slow: bigger chunks, less time scheduling
             self.d[w] = max(1, self.d[w] // 2)
             sim.counters["d_halved"] += 1
@@ -332,8 +348,7 @@ class ICh(Stealing):
 
     def stolen(self, w, victim):
         # The victim's k and d travel on its queue line, which the thief just read.
-        averaged = (self.k[w] + victim[2]) // 2
-        self.unreported[w] += averaged - self.k[w]
-        self.k[w] = averaged
+        # Its counter line gets the averaged k with the store after its next chunk.
+        self.k[w] = (self.k[w] + victim[2]) // 2
         self.d[w] = max(1, (self.d[w] + victim[3]) // 2)
         # Its next chunk, |stolen| // d, is at most what it stole.

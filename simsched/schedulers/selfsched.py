@@ -8,7 +8,8 @@ from functools import partial
 from .. import memory as memory_module
 from ..spec import Param
 from .base import STEALING_COUNTERS, block, default_grain
-from .static import BARRIER_PARAM, FullBarriers
+from .runtimes import RUNTIME_PARAM, gnu_guided_size, llvm_guided_mode, llvm_guided_size, llvm_switch
+from .static import BARRIER_PARAM, OMP_BARRIER_PARAM, FullBarriers, OpenMPRuntime
 
 CHUNK_PARAM = Param("chunk", int, 1, lambda v: v >= 1, ">= 1",
                     help="chunk size (for guided, tss and fac2: the smallest chunk)")
@@ -33,12 +34,12 @@ class SelfScheduling(FullBarriers):
         return self.params["chunk"] or default_grain(n, threads)
 
 
-class OmpDynamic(SelfScheduling):
-    """Fixed chunks claimed with one atomic fetch-and-add each."""
+class OmpDynamic(OpenMPRuntime, SelfScheduling):
+    """Fixed chunks claimed with one atomic fetch-and-add each (the same in every runtime profile)."""
 
     name = "omp-dynamic"
     summary = "OpenMP dynamic: fixed chunks by fetch-and-add on one counter"
-    PARAMS = {"chunk": OMP_CHUNK_PARAM, "barrier": BARRIER_PARAM}
+    PARAMS = {"chunk": OMP_CHUNK_PARAM, "barrier": OMP_BARRIER_PARAM, "runtime": RUNTIME_PARAM}
 
     def min_chunks(self, n, threads):
         return -(-n // self.chunk(n, threads))
@@ -66,37 +67,98 @@ class FixedChunks:
         return lo, min(lo + self.k, self.n)
 
 
-class OmpGuided(SelfScheduling):
-    """Chunks of max(k, ceil(R/P)) claimed by compare-and-swap on the shared counter, retried on conflict."""
+class OmpGuided(OpenMPRuntime, SelfScheduling):
+    """Shrinking chunks claimed by compare-and-swap on the counter, sized by the runtime profile's rule.
+
+    gnu and mixed (libgomp's gomp_iter_guided_next): max(k, ceil(R/P)), R the iterations left; a
+    failed CAS returns the value it found, which the retry uses. llvm (libomp's
+    kmp_sch_guided_iterative_chunked): floor(R * (0.5/P)) while R >= 2P(k + 1), each try reading
+    the counter afresh; below that, chunks of k by fetch-and-add on the same counter. libomp runs a
+    loop with (2k + 1)P >= N as plain dynamic, and one thread's loop as one chunk with no atomic.
+    """
 
     name = "omp-guided"
-    summary = "OpenMP guided: max(chunk, ceil(R/P)) by compare-and-swap"
-    PARAMS = {"chunk": OMP_CHUNK_PARAM, "barrier": BARRIER_PARAM}
+    summary = "OpenMP guided: max(chunk, ceil(R/P)) by compare-and-swap (runtime=llvm: R/2P, then chunk)"
+    PARAMS = {"chunk": OMP_CHUNK_PARAM, "barrier": OMP_BARRIER_PARAM, "runtime": RUNTIME_PARAM}
 
     def min_chunks(self, n, threads):
+        k = self.chunk(n, threads)
+        if self.runtime.guided == "llvm":
+            # No chunk is larger than the first guided one, floor(N/2P), or k; one thread's loop is one chunk.
+            return min(n, 1) if threads == 1 else -(-n // max(k, n // (2 * threads), 1))
         # No chunk is larger than max(k, ceil(N/P)).
-        return -(-n // max(self.chunk(n, threads), -(-n // threads)))
+        return -(-n // max(k, -(-n // threads)))
 
     def share(self, sim, w, index):
-        yield from sim.drive(self.steps(sim, w, index))
+        n, threads = sim.loops[index].n, sim.threads
+        k = self.chunk(n, threads)
+        mode = llvm_guided_mode(n, threads, k) if self.runtime.guided == "llvm" else "guided"
+        if mode == "dynamic":
+            # libomp's own fallback: the chunk index by one atomic increment, as omp-dynamic claims it.
+            yield from claim_by_index(sim, w, index, self.next, FixedChunks(n, k))
+        elif mode == "whole":
+            # One thread: static_greedy hands it the whole loop from its private buffer; no shared line.
+            if n:
+                sim.counters["chunks"] += 1
+                yield sim.until(sim.run_chunk(w, index, 0, n, sim.env.now))
+        elif self.runtime.guided == "llvm":
+            yield from sim.drive(self.llvm_steps(sim, w, index, k))
+        else:
+            yield from sim.drive(self.steps(sim, w, index))
 
     def steps(self, sim, w, index):
-        """Worker ``w``'s claims and chunks, as ``Simulation.drive`` runs them."""
+        """Worker ``w``'s claims and chunks under libgomp's rule, as ``Simulation.drive`` runs them."""
         n, threads, mem = sim.loops[index].n, sim.threads, sim.memory
         k = self.chunk(n, threads)
         while True:
             # Read the counter, size the chunk from what is left, and claim it with a CAS; a
-            # failed CAS returns the value it found, so the next try needs no extra read.
+            # failed CAS returns the value it found, so the next try needs no extra read. That try
+            # runs on the line the failed CAS left with this core (Memory.holds): chained, not queued.
             lo, t = mem.read(self.next, w)
             while lo < n:
-                yield sim.charged(w, "schedule", t)
-                hi = min(lo + max(k, math.ceil((n - lo) / threads)), n)
-                ok, found, t = mem.cas(self.next, w, lo, hi)
+                hi = min(lo + gnu_guided_size(n - lo, threads, k), n)
+                if not mem.holds(self.next, w, t):
+                    yield sim.charged(w, "schedule", t)
+                ok, found, t = mem.cas(self.next, w, lo, hi, at=t)
                 if ok:
                     break
                 lo = found
             if lo >= n:
                 return sim.charged(w, "schedule", t), None
+            sim.counters["chunks"] += 1
+            yield sim.run_chunk(w, index, lo, hi, t)
+
+    def llvm_steps(self, sim, w, index, k):
+        """Worker ``w``'s claims and chunks under libomp's rule, as ``Simulation.drive`` runs them."""
+        n, threads, mem = sim.loops[index].n, sim.threads, sim.memory
+        switch = llvm_switch(threads, k)
+        held, t = False, sim.env.now
+        while True:
+            # Each try reads the counter: libomp's compare_and_swap says only whether it succeeded.
+            # After a failed one the line is still this core's (Memory.holds): the read and the
+            # retry run there.
+            if held:
+                lo, t = mem.read(self.next, w, at=t)
+            else:
+                lo, t = mem.read(self.next, w)
+                yield sim.charged(w, "schedule", t)
+            left = n - lo
+            if left <= 0:
+                return sim.charged(w, "schedule", t), None
+            if left < switch:
+                lo, t = mem.fetch_add(self.next, w, k, at=t)
+                if lo >= n:
+                    return sim.charged(w, "schedule", t), None
+                hi = min(lo + k, n)
+            else:
+                hi = lo + llvm_guided_size(left, threads)
+                ok, _, t = mem.cas(self.next, w, lo, hi, at=t)
+                if not ok:
+                    held = mem.holds(self.next, w, t)
+                    if not held:
+                        yield sim.charged(w, "schedule", t)
+                    continue
+            held = False
             sim.counters["chunks"] += 1
             yield sim.run_chunk(w, index, lo, hi, t)
 
@@ -306,22 +368,27 @@ def batched_bounds(n: int, threads: int, size) -> list[int]:
     return bounds
 
 
-class Taskloop(FullBarriers):
+class Taskloop(OpenMPRuntime, FullBarriers):
     """OpenMP taskloop: the master creates contiguous-range tasks one by one; workers take them in order.
 
     The queue is two lines: the master publishes task i by storing i + 1 on the tail
     line; a worker claims the next task with a fetch-and-add on the head line and, if
-    that task is not published yet, spins on the tail line until it is.
+    that task is not published yet, spins on the tail line until it is. One shared queue
+    and one task per worker by default is libgomp's taskloop (GOMP_taskloop).
     """
 
     COUNTERS = STEALING_COUNTERS
+    UNSUPPORTED = {"llvm": "libomp's taskloop, whose tasks go to the creating thread's deque for the "
+                           "others to steal, is not modeled (this taskloop is libgomp's: one queue the "
+                           "master fills)"}
 
     name = "taskloop"
     summary = "OpenMP taskloop: master creates num_tasks tasks, workers take them from a queue"
     PARAMS = {
         "num_tasks": Param("num_tasks", int, None, lambda v: v >= 1, ">= 1",
                            help="tasks to create (default: one per worker; never more than iterations)"),
-        "barrier": BARRIER_PARAM,
+        "barrier": OMP_BARRIER_PARAM,
+        "runtime": RUNTIME_PARAM,
     }
 
     def min_chunks(self, n, threads):

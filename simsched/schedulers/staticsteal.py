@@ -17,8 +17,9 @@ nonmonotonic dynamic schedule onto static_steal.
 from __future__ import annotations
 
 from .base import STEALING_COUNTERS
+from .runtimes import LIBOMP_RUNTIME_PARAM
 from .selfsched import CHUNK_PARAM, FixedChunks, claim_by_index
-from .static import BARRIER_PARAM, FullBarriers
+from .static import OMP_BARRIER_PARAM, FullBarriers, OpenMPRuntime
 
 # The states of a thread's dispatch buffer (libomp's steal_flag).
 UNUSED, CLAIMED, READY, THIEF = "unused", "claimed", "ready", "thief"
@@ -37,7 +38,7 @@ def stolen(count: int, ub: int) -> int:
     return remaining >> 2 if remaining > 7 else 1
 
 
-class StaticSteal(FullBarriers):
+class StaticSteal(OpenMPRuntime, FullBarriers):
     """libomp's static_steal: contiguous per-thread chunk ranges, claimed by CAS, robbed a quarter at a time.
 
     Each thread's (count, ub) pair and its steal flag sit on two lines of its own dispatch
@@ -49,8 +50,9 @@ class StaticSteal(FullBarriers):
 
     name = "static-steal"
     summary = "libomp static_steal: per-thread chunk ranges, idle threads CAS a quarter off a victim's tail"
-    PARAMS = {"chunk": CHUNK_PARAM, "barrier": BARRIER_PARAM}
+    PARAMS = {"chunk": CHUNK_PARAM, "barrier": OMP_BARRIER_PARAM, "runtime": LIBOMP_RUNTIME_PARAM}
     COUNTERS = STEALING_COUNTERS
+    UNSUPPORTED = {"gnu": "libgomp has no static_steal schedule (it is libomp's)"}
 
     def min_chunks(self, n, threads):
         return -(-n // self.params["chunk"])
@@ -176,3 +178,5 @@ class NonmonotonicDynamic(StaticSteal):
 
     name = "nonmonotonic-dynamic"
     summary = "OpenMP nonmonotonic:dynamic, which libomp runs as static_steal"
+    UNSUPPORTED = {"gnu": "libgomp runs schedule(nonmonotonic: dynamic) as its plain dynamic schedule: "
+                          "use omp-dynamic:runtime=gnu"}

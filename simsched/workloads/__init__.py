@@ -131,14 +131,25 @@ class Workload:
 
 
 class UForall(Workload):
-    """Equal iterations (the uforall micro-benchmark): ``cost_ns`` each, or ``total_us`` for the loop."""
+    """Equal iterations (the uforall micro-benchmark): ``cost_ns`` each, or ``total_us`` for the loop.
+
+    ``instrumentation`` models the benchmark timing itself as it runs (simsched.instrumentation):
+    per ns of work, that much more time with every core of the worker's socket busy, none
+    on a core alone. It is 0 (uninstrumented) unless given; E1 gives the one value fitted
+    to the plateau of AV21's curves, which AV21 puts down to instrumentation overhead.
+    """
 
     name = "uforall"
-    summary = "n equal iterations of cost_ns each (or total_us for the whole loop)"
+    summary = "n equal iterations of cost_ns each (or total_us for the whole loop), optionally instrumented"
     REUSABLE = True
     PARAMS = {"n": _N, "cost_ns": _cost("cost_ns", 1000.0, "ns per iteration"),
               "total_us": Param("total_us", float, 0.0, *_FINITE_NON_NEGATIVE,
-                                help="sequential time of the whole loop (overrides cost_ns)")}
+                                help="sequential time of the whole loop (overrides cost_ns)"),
+              "instrumentation": Param(
+                  "instrumentation", float, 0.0, *_FINITE_NON_NEGATIVE,
+                  help="extra time per ns of work that the benchmark's self-timing costs with every core of the "
+                       "socket busy, rising linearly from none on a core alone (0: uninstrumented; E1's 0.6 is "
+                       "fitted to AV21's plateau)")}
     DURATION_PARAMS = ("cost_ns", "total_us")
 
     def check(self):
@@ -149,6 +160,13 @@ class UForall(Workload):
         n = self.params["n"]
         each = self.params["total_us"] * 1e3 / n if "total_us" in self.given else self.params["cost_ns"]
         return np.full(n, each)
+
+    def loop_sizes(self):
+        return [(self.params["n"], 1)]
+
+    def loops(self, rng):
+        return [Loop(self.costs(rng), data=self.footprint(self.params["n"]),
+                     instrumentation=self.params["instrumentation"])]
 
 
 class Uniform(Workload):

@@ -64,6 +64,8 @@ from . import Workload
 CILK_BURDEN_NS = 68.8e3
 CILK_PEAK = 28.0
 ITERATION_NS = 250.0  # the work of one iteration, for the iteration count of a loop
+# How a code's time outside its loops runs (the ``outside`` parameter): AV21 publishes only its share.
+OUTSIDE = ("serial", "parallel")
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,7 @@ PUBLISHED = {
     "pr": Published("graph", 82, 45.9, 11100.0, 19900.0, 17, cilk_total_s=13.7, cilk_fine_s=0.907,
                     hybrid_total_s=13.4, hybrid_fine_s=0.711),
 }
+CODES = tuple(name for name, pub in PUBLISHED.items() if pub.kind == "code")
 
 STRUCTURE = {
     "cloverleaf": Structure(steps=57, cv=0.02, scale=1 / 57),
@@ -219,7 +222,16 @@ class App(Workload):
                     help="coefficient of variation of iteration costs (default: per application)"),
         "max_iterations": Param("max_iterations", int, 4096, lambda v: v >= 1, ">= 1",
                                 help="most iterations of one loop"),
+        "outside": Param("outside", str, "serial", choices=OUTSIDE,
+                         help="a code's time outside its loops: serial (the master runs it once a step) or "
+                              "parallel (one more loop a step, shared by every worker); AV21 does not say"),
     }
+
+    def check(self):
+        name = self.params["name"]
+        if "outside" in self.given and PUBLISHED[name].kind != "code":
+            raise SimschedError(f"workload app: outside= is for the codes ({', '.join(CODES)}); {name} "
+                                "has no code outside its loops")
 
     def generate(self, rng):
         raise SimschedError("workload app is a program of several loops; it has no single loop's costs")
@@ -234,7 +246,8 @@ class App(Workload):
         scale = shape.scale if self.params["scale"] is None else self.params["scale"]
         cv = shape.cv if self.params["cv"] is None else self.params["cv"]
         if pub.kind == "code":
-            times, classes, order, full, serial = _code_program(rng, pub, shape, scale)
+            outside = self.params["outside"]
+            times, classes, order, full, serial = _code_program(rng, pub, shape, scale, outside)
             work = times
         else:
             times, classes, order, full, serial = _graph_program(rng, pub, shape, scale)
@@ -255,8 +268,14 @@ class App(Workload):
         return costs * (work_ns / costs.sum())
 
 
-def _code_program(rng, pub: Published, shape: Structure, scale: float):
-    """A code's loop times (ns), classes, run order, whole-program counts and serial ns per execution."""
+def _code_program(rng, pub: Published, shape: Structure, scale: float, outside: str = "serial"):
+    """A code's loop times (ns), classes, run order, whole-program counts and serial ns per execution.
+
+    The code outside loops (the published time not in loops, an equal share per time step)
+    is ``serial``: run by the master before the step's first loop; or ``parallel``: a loop of
+    class ``outside`` of its own at the start of every step, the last distinct loop (drawn
+    last, so that the other loops are those of the serial reading).
+    """
     threshold = pub.threshold_us * 1e3
     loops_ns = pub.t_seq_s * 1e9 * pub.in_loops_pct / 100
     n_fine, n_coarse = pub.fine, pub.loops - pub.fine
@@ -275,12 +294,18 @@ def _code_program(rng, pub: Published, shape: Structure, scale: float):
         step = list(rng.permutation(np.concatenate((coarse_ids, fine_ids))))
     else:
         step = list(coarse_ids) + list(fine_ids) * shape.fine_repeats
+    full = np.array([1] * len(setup) + [shape.steps] * len(coarse) + [shape.steps * shape.fine_repeats] * len(fine))
+    outside_ns = pub.t_seq_s * 1e9 * (1 - pub.in_loops_pct / 100) / shape.steps
+    serial = np.zeros(len(times))
+    if outside == "serial":
+        # It runs once per time step, before the step's first loop (which runs once a step).
+        serial[step[0]] = outside_ns
+    else:
+        step = [len(times)] + step
+        times, serial = np.append(times, outside_ns), np.append(serial, 0.0)
+        classes, full = classes + ["outside"], np.append(full, shape.steps)
     steps = max(1, round(shape.steps * scale))
     order = [int(i) for i in list(range(len(setup))) + step * steps]
-    full = np.array([1] * len(setup) + [shape.steps] * len(coarse) + [shape.steps * shape.fine_repeats] * len(fine))
-    # The code outside loops runs once per time step, before the step's first loop (which runs once a step).
-    serial = np.zeros(len(times))
-    serial[step[0]] = pub.t_seq_s * 1e9 * (1 - pub.in_loops_pct / 100) / shape.steps
     return times, classes, order, full, serial
 
 
@@ -332,20 +357,23 @@ def app_statistics(program: Program, full: bool = True) -> dict[str, float]:
     pub = PUBLISHED[program.app]
     counts = program.full_counts if full else program.counts
     fine = np.array([loop_class(loop.name) == "fine" for loop in program.loops])
+    # A code's parallel code outside loops is a loop of the model's, not one of the published table's.
+    outside = np.array([loop_class(loop.name) == "outside" for loop in program.loops])
     # A kernel's table covers its fine-grain loops alone; a code's, all of its loops.
-    present = (counts > 0) & (fine if pub.kind == "graph" else True)
+    present = (counts > 0) & (fine if pub.kind == "graph" else ~outside)
     times = np.asarray(program.times_ns)[present]
-    serial = program.serial_total_ns(full)
+    work = np.array([loop.total for loop in program.loops])
+    # Time outside the published loops: the serial code, or the parallel code's loops.
+    rest = program.serial_total_ns(full) + float((work * counts)[outside].sum())
     stats = {"loops": int(present.sum()), "min_us": times.min() / 1e3, "avg_us": times.mean() / 1e3,
              "max_us": times.max() / 1e3, "fine": int((times < pub.threshold_us * 1e3).sum())}
     if pub.kind == "code":
-        work = np.array([loop.total for loop in program.loops])
-        in_loops = float((work * counts).sum())
-        stats.update(t_seq_s=(in_loops + serial) / 1e9, in_loops_pct=100 * in_loops / (in_loops + serial),
+        in_loops = float((work * counts)[~outside].sum())
+        stats.update(t_seq_s=(in_loops + rest) / 1e9, in_loops_pct=100 * in_loops / (in_loops + rest),
                      fine_s=float((work * counts)[fine].sum()) / 1e9)
     else:
         cilk = np.asarray(program.times_ns) * counts
-        stats.update(cilk_fine_s=float(cilk[fine].sum()) / 1e9, cilk_total_s=(float(cilk.sum()) + serial) / 1e9)
+        stats.update(cilk_fine_s=float(cilk[fine].sum()) / 1e9, cilk_total_s=(float(cilk.sum()) + rest) / 1e9)
     return stats
 
 

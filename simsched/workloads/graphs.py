@@ -18,9 +18,10 @@ if TYPE_CHECKING:  # SciPy loads where a graph or matrix is built, not with the 
     import scipy.sparse as sp
 
 from ..errors import SimschedError
+from ..locality import Footprint, Gather
 from ..spec import Param, resolve_params
 from . import _cost
-from .program import ProgramWorkload
+from .program import ProgramWorkload, data_name, data_params
 
 # CSR indices stay 32-bit integers, as native kernels read them.
 MAX_GRAPH_SIZE = 2**31 - 1
@@ -30,6 +31,14 @@ GENERATOR_KEYS = {"uniform": ("n", "degree"), "scale-free": ("n", "gamma", "min_
 GENERATORS = tuple(GENERATOR_KEYS)
 # Graph500's Kronecker initiator: the probabilities of the quadrants a, b, c (d = 1 - a - b - c).
 RMAT_ABC = (0.57, 0.19, 0.19)
+# What expanding a frontier vertex touches, laid out as Rodinia's BFS lays out its graph: of its own, its
+# node record (the start and length of its adjacency list, two 4-byte ints), its frontier mask flag (1 byte,
+# read and cleared) and its level (4 bytes, read to give its neighbours the next one), then its adjacency
+# list (a 4-byte vertex number per out-edge); and per out-edge one read of the neighbour's visited flag
+# (1 byte), from an array of one flag per vertex.
+VERTEX_BYTES = 8 + 1 + 4
+EDGE_BYTES = 4
+FLAG_BYTES = 1
 
 GRAPH_PARAMS = {
     "graph": Param("graph", str, "uniform",
@@ -306,9 +315,12 @@ class BFS(GraphWorkload):
     PARAMS = {**GRAPH_PARAMS,
               "source": Param("source", int, 0, lambda v: v >= 0, ">= 0", help="the vertex the search starts from"),
               "base_ns": _cost("base_ns", 50.0, "per frontier vertex"),
-              "edge_ns": _cost("edge_ns", 10.0, "per out-edge of a frontier vertex")}
+              "edge_ns": _cost("edge_ns", 10.0, "per out-edge of a frontier vertex"),
+              # Rodinia's BFS reads the graph file on the master thread: all of it sits on the master's node.
+              **data_params("master", ("master", "interleave"))}
 
-    def loop_costs(self, rng):
+    def search(self, rng) -> tuple[list[np.ndarray], int]:
+        """Each frontier vertex's out-degree, level by level in vertex order, and the graph's vertices."""
         graph = self.graph(rng)
         n, source = graph.shape[0], self.params["source"]
         if source >= n:
@@ -318,8 +330,26 @@ class BFS(GraphWorkload):
         if reached.size == 1:
             raise SimschedError(f"workload bfs: disconnected BFS source: vertex {source} reaches no other vertex")
         frontier = reached[np.argsort(levels[reached], kind="stable")]
-        cost = self.params["base_ns"] + self.params["edge_ns"] * np.diff(graph.indptr)[frontier]
-        return np.split(cost, np.cumsum(np.bincount(levels[frontier]))[:-1])
+        degrees = np.diff(graph.indptr)[frontier].astype(np.int64)
+        return np.split(degrees, np.cumsum(np.bincount(levels[frontier]))[:-1]), n
+
+    def loop_costs(self, rng):
+        return [self.params["base_ns"] + self.params["edge_ns"] * d for d in self.search(rng)[0]]
+
+    def loops(self, rng):
+        degrees, n = self.search(rng)
+        costs = [self.params["base_ns"] + self.params["edge_ns"] * d for d in degrees]
+        if not self.params["data"]:
+            return self.program(costs)
+        # A vertex is expanded in one level only: each level's vertices are a data set of their own, which
+        # only a repetition of the search touches again; the visited flags are one array for all levels.
+        name = data_name("bfs")
+        optional = "data" not in self.given
+        footprints = [Footprint(VERTEX_BYTES + EDGE_BYTES * d, "stream", self.params["placement"],
+                                f"{name} level {level}", optional=optional,
+                                gather=Gather(d, n * FLAG_BYTES, FLAG_BYTES, f"{name} visited"))
+                      for level, d in enumerate(degrees)]
+        return self.program(costs, footprints)
 
 
 class PageRank(GraphWorkload):

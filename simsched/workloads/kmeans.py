@@ -5,9 +5,16 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import SimschedError
+from ..locality import Footprint, Gather
 from ..spec import Param
 from . import _cost
-from .program import ProgramWorkload
+from .program import ProgramWorkload, data_name, data_params
+
+# What an assignment step touches of a point's own: its two coordinates (8 bytes each), its cluster (a 4-byte
+# int) and its upper and lower bounds (8 bytes each, read and written); and per distance it computes, one read
+# of a centroid (two 8-byte coordinates) from the array of the k centroids.
+POINT_BYTES = 2 * 8 + 4 + 2 * 8
+CENTROID_BYTES = 2 * 8
 
 
 def _two_nearest(points: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -86,7 +93,10 @@ class KMeans(ProgramWorkload):
               "blob_std": Param("blob_std", float, 0.1, lambda v: v > 0, "> 0",
                                 help="standard deviation of a blob (the square is 1 wide)"),
               "distance_ns": _cost("distance_ns", 20.0, "cost of one point-centroid distance"),
-              "check_ns": _cost("check_ns", 5.0, "cost of a point's bound update and test, paid by every point")}
+              "check_ns": _cost("check_ns", 5.0, "cost of a point's bound update and test, paid by every point"),
+              # Where the published code puts its points is not said: a serial reader or generator (master) is
+              # assumed; first-touch (a parallel initialisation) and interleave are the other choices.
+              **data_params("master", ("master", "first-touch", "interleave"))}
     DURATION_PARAMS = ("distance_ns", "check_ns")
 
     def check(self):
@@ -104,9 +114,28 @@ class KMeans(ProgramWorkload):
         blob = np.sort(rng.integers(0, p["blobs"], p["points"]))
         return centres[blob] + rng.normal(0.0, p["blob_std"], (p["points"], 2))
 
-    def loop_costs(self, rng):
+    def distances(self, rng) -> np.ndarray:
+        """The distances each point computes in each step, (iters, points)."""
         p = self.params
         points = self.point_set(rng)
         centroids = points[rng.choice(p["points"], p["clusters"], replace=False)]
-        work = hamerly_distances(points, centroids, p["iters"])
-        return list(p["check_ns"] + p["distance_ns"] * work)
+        return hamerly_distances(points, centroids, p["iters"])
+
+    def loop_costs(self, rng):
+        return list(self.params["check_ns"] + self.params["distance_ns"] * self.distances(rng))
+
+    def loops(self, rng):
+        p = self.params
+        work = self.distances(rng)
+        costs = list(p["check_ns"] + p["distance_ns"] * work)
+        if not p["data"]:
+            return self.program(costs)
+        # Every step walks the same points (one data set for all the loops) and reads the same centroids.
+        name = data_name("kmeans")
+        own = np.full(p["points"], POINT_BYTES, dtype=np.int64)
+        footprints = [Footprint(own, "stream", p["placement"], name,
+                                gather=Gather(step, p["clusters"] * CENTROID_BYTES, CENTROID_BYTES,
+                                              f"{name} centroids"),
+                                optional="data" not in self.given)
+                      for step in work]
+        return self.program(costs, footprints)

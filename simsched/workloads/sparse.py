@@ -16,9 +16,10 @@ if TYPE_CHECKING:  # SciPy loads where a graph or matrix is built, not with the 
     import scipy.sparse as sp
 
 from ..errors import SimschedError
+from ..locality import ELEMENT_BYTES, Footprint, Gather
 from ..spec import Param
 from . import _cost
-from .program import ProgramWorkload
+from .program import ProgramWorkload, data_name, data_params
 
 MATRICES = Path(__file__).resolve().parent / "matrices"
 # The shipped matrices: row-length distributions from no variance to a heavy tail.
@@ -27,6 +28,10 @@ KINDS = ("banded", "uniform", "lognormal", "powerlaw")
 SHIPPED_ROWS, SHIPPED_MEAN, SHIPPED_SEED = 2048, 9, 20240601
 LOGNORMAL_SIGMA = 1.0  # of log(row length): a CV of about 1.3, a moderate tail
 POWERLAW_GAMMA = 2.2   # P(length >= k) ~ k**-(gamma - 1): a few rows hold hundreds or thousands of nonzeros
+# What a row of a CSR product y = A x touches of its own: its row pointer (8 bytes), its y entry (8, written)
+# and per nonzero an 8-byte value and a 4-byte column index; and per nonzero one 8-byte read of x.
+ROW_BYTES = 8 + ELEMENT_BYTES
+NONZERO_BYTES = ELEMENT_BYTES + 4
 
 
 def names_shipped(text: str) -> bool:
@@ -151,7 +156,10 @@ class SpMV(ProgramWorkload):
                             help="mean nonzeros per drawn row (with rows=)"),
               "iters": Param("iters", int, 10, lambda v: v >= 1, ">= 1", help="solver iterations (loops)"),
               "row_ns": _cost("row_ns", 5.0, "per row"),
-              "nnz_ns": _cost("nnz_ns", 2.0, "per nonzero")}
+              "nnz_ns": _cost("nnz_ns", 2.0, "per nonzero"),
+              # The matrix and x are read from a file on the master thread (a Matrix Market reader; assumed
+              # of the published SpMV), so their pages are all on the master's node.
+              **data_params("master", ("master", "first-touch", "interleave"))}
 
     def check(self):
         drawn = [k for k in ("lengths", "mean") if k in self.given]
@@ -168,11 +176,30 @@ class SpMV(ProgramWorkload):
         # Drawn rows are known up front; a matrix's only once it is read (at least one).
         return [(self.params["rows"] if "rows" in self.given else 1, self.params["iters"])]
 
-    def loop_costs(self, rng):
+    def shape(self, rng) -> tuple[np.ndarray, int]:
+        """Nonzeros per row, and the columns (the length of x): the matrix's, or drawn."""
         p = self.params
         if "rows" in self.given:
-            lengths = row_lengths(p["lengths"], p["rows"], p["mean"], rng)
-        else:
-            lengths = np.diff(read_matrix(p["matrix"]).indptr)
+            return row_lengths(p["lengths"], p["rows"], p["mean"], rng), p["rows"]
+        matrix = read_matrix(p["matrix"])
+        return np.diff(matrix.indptr), int(matrix.shape[1])
+
+    def loop_costs(self, rng):
+        return self._costs(self.shape(rng)[0])
+
+    def _costs(self, lengths: np.ndarray) -> list[np.ndarray]:
         cost = self.params["row_ns"] + self.params["nnz_ns"] * lengths
         return [cost] * self.params["iters"]
+
+    def loops(self, rng):
+        lengths, cols = self.shape(rng)
+        costs = self._costs(lengths)
+        if not self.params["data"]:
+            return self.program(costs)
+        # Every product streams the same rows and gathers from the same x: one data set for all the loops.
+        name = data_name(f"spmv {self.params['matrix'] if 'rows' not in self.given else 'rows'}")
+        lengths = lengths.astype(np.int64)
+        x = Gather(lengths, max(cols, 1) * ELEMENT_BYTES, ELEMENT_BYTES, f"{name} x")
+        footprint = Footprint(ROW_BYTES + NONZERO_BYTES * lengths, "stream", self.params["placement"], name,
+                              gather=x, optional="data" not in self.given)
+        return self.program(costs, [footprint] * len(costs))

@@ -104,6 +104,20 @@ static int written(PyObject *line, double t) {
     return set_field(line, WRITTEN_AT, tf);
 }
 
+/* Tell the line's spinners, if any, of the write just made visible (Memory._notify). */
+static int notify_spinners(PyObject *line, PyObject *worker, PyObject *notify) {
+    PyObject *spinners = field(line, SPINNERS);
+    if (spinners == NULL) return -1;
+    int spinning = PyObject_IsTrue(spinners);
+    if (spinning < 0) return -1;
+    if (spinning) {
+        PyObject *r = PyObject_CallFunctionObjArgs(notify, line, worker, field(line, FREE_AT), NULL);
+        if (r == NULL) return -1;
+        Py_DECREF(r);
+    }
+    return 0;
+}
+
 /* What both loops record a chunk with, as Simulation.inline_chunks hands it to the Python loops. */
 typedef struct {
     PyObject *worker, *index, *pending, *flush, *mark;
@@ -234,15 +248,7 @@ static int fetch_add(PyObject *line, long long w, PyObject *worker, long long ad
     if (field_long(line, VALUE, old) < 0) return -1;
     if (set_field(line, VALUE, PyLong_FromLongLong(*old + add)) < 0 || written(line, t) < 0) return -1;
     *done = t;
-    PyObject *spinners = field(line, SPINNERS);
-    if (spinners == NULL) return -1;
-    int spinning = PyObject_IsTrue(spinners);
-    if (spinning < 0) return -1;
-    if (spinning) {
-        PyObject *r = PyObject_CallFunctionObjArgs(notify, line, worker, field(line, FREE_AT), NULL);
-        if (r == NULL) return -1;
-        Py_DECREF(r);
-    }
+    if (notify_spinners(line, worker, notify) < 0) return -1;
     return 0;
 }
 
@@ -427,15 +433,7 @@ static int store_line(PyObject *line, long long w, PyObject *worker, PyObject *v
         if (set_field(line, SHARERS, set_of(worker)) < 0) return -1;
     }
     if (written(line, start) < 0) return -1;
-    PyObject *spinners = field(line, SPINNERS);
-    if (spinners == NULL) return -1;
-    int spinning = PyObject_IsTrue(spinners);
-    if (spinning < 0) return -1;
-    if (spinning) {
-        PyObject *r = PyObject_CallFunctionObjArgs(notify, line, worker, field(line, FREE_AT), NULL);
-        if (r == NULL) return -1;
-        Py_DECREF(r);
-    }
+    if (notify_spinners(line, worker, notify) < 0) return -1;
     *done = start + store_ns;
     return 0;
 }

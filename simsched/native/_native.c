@@ -2095,6 +2095,23 @@ static void *probe_side(void *v)
  *   "independent": random lines whose addresses do not depend on each other: ns per access;
  *   "read": ``count`` passes reading every word in order, nothing stored: GB/s read, as for "stream".
  * Each thread has a buffer of ``bytes`` of its own. */
+/* Whether a probe's threads failed, with the Python exception set: interrupted (status 2, the
+   signal's exception is already set), past its timeout, or out of memory. */
+static int probe_failed(int status, int failed, const char *what, double timeout_s) {
+    if (status == 2) return 1;
+    if (status != 0) {
+        char message[160];
+        snprintf(message, sizeof message, "%s did not finish in %g s", what, timeout_s);
+        PyErr_SetString(PyExc_TimeoutError, message);
+        return 1;
+    }
+    if (failed) {
+        PyErr_NoMemory();
+        return 1;
+    }
+    return 0;
+}
+
 static PyObject *native_memory(PyObject *self, PyObject *args)
 {
     const char *kind_name;
@@ -2129,14 +2146,10 @@ static PyObject *native_memory(PyObject *self, PyObject *args)
                          timeout_s, &pinned);
     Py_END_ALLOW_THREADS
     PyObject *result = NULL;
-    if (status == 2) {
-        /* the signal's exception is set */
-    } else if (status != 0) {
-        char message[120];
-        snprintf(message, sizeof message, "the %s memory probe did not finish in %g s", kind_name, timeout_s);
-        PyErr_SetString(PyExc_TimeoutError, message);
-    } else if (atomic_load(&p->failed)) {
-        PyErr_NoMemory();
+    char what[64];
+    snprintf(what, sizeof what, "the %s memory probe", kind_name);
+    if (probe_failed(status, atomic_load(&p->failed), what, timeout_s)) {
+        /* the exception is set */
     } else if (kind == PROBE_STREAM || kind == PROBE_READ) {
         PyObject *each = PyList_New(threads);
         double first = p->start[0], last = p->end[0], total = 0;
@@ -2310,14 +2323,8 @@ static PyObject *native_loaded(PyObject *self, PyObject *args)
                          timeout_s, &pinned);
     Py_END_ALLOW_THREADS
     PyObject *result = NULL;
-    if (status == 2) {
-        /* the signal's exception is set */
-    } else if (status != 0) {
-        char message[120];
-        snprintf(message, sizeof message, "the loaded-latency probe did not finish in %g s", timeout_s);
-        PyErr_SetString(PyExc_TimeoutError, message);
-    } else if (atomic_load(&p->failed)) {
-        PyErr_NoMemory();
+    if (probe_failed(status, atomic_load(&p->failed), "the loaded-latency probe", timeout_s)) {
+        /* the exception is set */
     } else if ((result = PyList_New(steps))) {
         for (int s = 0; s < steps; s++) {
             PyObject *raw = bytes_of(samples + (size_t)s * batches, (size_t)batches * sizeof *samples);

@@ -512,7 +512,7 @@ def cmd_fit(args) -> int:
 
 
 def cmd_rank(args) -> int:
-    from .analysis.ranking import format_ranking, rank_methods, ranking_basis
+    from .analysis.ranking import format_ranking, geometric_means, rank_methods, ranking_basis
     from .sweep import read_table
 
     path = Path(args.results)
@@ -536,6 +536,11 @@ def cmd_rank(args) -> int:
         print(table.to_json(orient="records"))
     else:
         print(format_ranking(table, spec.get("highlight"), ranking_basis(baseline, baseline_threads)))
+        means = geometric_means(table)
+        if not means.empty:
+            # Over several matrices a method is judged by its geometric mean speedup, as SpMV studies report it.
+            print("\n" + format_ranking(means, spec.get("highlight"),
+                                         "geometric mean of each method's best speedups over the workloads of a kind"))
     return 0
 
 

@@ -124,8 +124,12 @@ def test_e4_apps_experiment_loads_and_expands():
     schedulers = {p["scheduler"] for p in experiment.points}
     workloads = {p["workload"] for p in experiment.points}
     assert len(schedulers) == 17 and {p["threads"] for p in experiment.points} == {1, 28}
-    assert {w.split(":")[0] for w in workloads} >= {"lavamd", "kmeans"}
-    assert len(experiment.points) == 17 * 2 * len(workloads)
+    assert {w.split(":")[0] for w in workloads} == {"bfs", "lavamd", "kmeans", "spmv"}
+    # Every method at 28 threads; on 1 thread only the baseline every speedup is over.
+    assert len(experiment.points) == (17 + 1) * len(workloads)
+    assert {p["scheduler"] for p in experiment.points if p["threads"] == 1} == {"omp-guided:chunk=1,runtime=gnu"}
+    # The publication's 15 matrices, each by its published statistics.
+    assert len([w for w in workloads if w.startswith("spmv:like=")]) == 15
     assert experiment.rank["baseline"] == "omp-guided:chunk=1,runtime=gnu" and experiment.rank["threads"] == 28
     assert experiment.rank["highlight"] == "ich"
 

@@ -79,3 +79,26 @@ highlight = "ich"
     picture = subprocess.run([sys.executable, "-m", "simsched.cli", "plot", str(out)], capture_output=True, text=True)
     assert picture.returncode == 0, picture.stderr
     assert (out / "speedup.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_matrices_are_pooled_by_the_geometric_mean_of_each_methods_best_speedup():
+    from simsched.analysis.ranking import geometric_means
+
+    rows = []
+    # a: 4x and 1x (arithmetic mean 2.5, geometric 2); b: 2x and 2.1x (both means about 2.05): pooled by the
+    # geometric mean b ranks first, where the arithmetic mean would put a first.
+    for workload, a, b in (("spmv:matrix=banded", 250.0, 500.0), ("spmv:matrix=powerlaw", 1000.0, 1000 / 2.1)):
+        rows += [("omp-guided:chunk=1", workload, 1, 1000.0, ""), ("omp-guided:chunk=1", workload, 4, 4000.0, ""),
+                 ("a:x=1", workload, 4, a, ""), ("a:x=2", workload, 4, 2 * a, ""), ("b", workload, 4, b, "")]
+    rows.append(("omp-guided:chunk=1", "bfs:n=10", 1, 1000.0, ""))
+    rows.append(("a:x=1", "bfs:n=10", 4, 100.0, ""))  # another kind: never pooled with the matrices
+    table = rank_methods(frame(rows), "omp-guided:chunk=1", 1, 4)
+    means = geometric_means(table).set_index("method")
+    assert set(means["workload"]) == {"spmv (geometric mean over 2 workloads)"}
+    assert means.loc["a", "speedup"] == pytest.approx(2.0)
+    assert means.loc["b", "speedup"] == pytest.approx(4.2 ** 0.5)
+    assert means["rank"].to_dict() == {"b": 1, "a": 2, "omp-guided": 3}
+    assert means.loc["a", "sensitivity"] == pytest.approx(2.0)
+    assert means.loc["a", "behind_best"] == pytest.approx(1 - 2 / 4.2 ** 0.5)
+    # One matrix alone is its own ranking: nothing to pool.
+    assert geometric_means(table[table["workload"] != "spmv:matrix=banded"]).empty

@@ -93,19 +93,65 @@ def ranking_basis(baseline: str | None, baseline_threads: int = 1) -> str:
 
 
 def matrix_rows(workloads) -> dict[str, dict[str, float]]:
-    """The row statistics of the matrix of each SpMV workload among ``workloads`` (whose matrix can be read)."""
+    """The row statistics of the matrix of each SpMV workload among ``workloads`` (whose matrix can be read,
+    or whose row lengths are fitted to statistics)."""
     from ..workloads import get_workload
-    from ..workloads.sparse import read_matrix, row_statistics
 
     found = {}
     for spec in workloads:
         try:
             workload = get_workload(spec)
-            if workload.name == "spmv" and "rows" not in workload.given:  # drawn rows have no matrix to read
-                found[spec] = row_statistics(read_matrix(workload.params["matrix"]))
+            # Rows drawn from a distribution have no statistics of their own until drawn: none.
+            stats = workload.matrix_statistics() if workload.name == "spmv" else None
         except SimschedError:  # a workload of another version, or a matrix file not here: no statistics
             continue
+        if stats is not None:
+            found[spec] = stats
     return found
+
+
+def workload_kind(spec: str) -> str:
+    """A workload spec's kind: its name without parameters (``spmv`` for ``spmv:matrix=banded``)."""
+    return str(spec).split(":", 1)[0]
+
+
+def geometric_means(table: pd.DataFrame, kinds=("spmv",)) -> pd.DataFrame:
+    """Each method's geometric mean speedup over the workloads of each kind in ``kinds``, ranked.
+
+    A ``rank_methods`` table in, one of the same columns out: per machine, kind and thread count,
+    a row per method whose speedup is the geometric mean of its best speedups over every workload
+    of that kind (a method missing from any of them is left out), under the workload name
+    ``KIND (geometric mean over N workloads)`` and the kind in column ``kind``. Kinds with fewer than two workloads give no row:
+    one matrix's mean is that matrix's own ranking.
+    """
+    import numpy as np
+
+    place = ["machine"] if "machine" in table.columns else []
+    kind = table["workload"].map(workload_kind)
+    rows = []
+    for name in kinds:
+        mine = table[kind == name]
+        for key, group in mine.groupby(place + ["threads"], sort=False):
+            *where, p = _key(key)
+            count = group["workload"].nunique()
+            if count < 2:
+                continue
+            label = f"{name} (geometric mean over {count} workloads)"
+            for method, runs in group.groupby("method", sort=False):
+                if runs["workload"].nunique() < count:
+                    continue
+                rows.append({**dict(zip(place, where)), "workload": label, "kind": name, "threads": int(p),
+                             "method": method, "best": ", ".join(sorted(set(runs["best"]))),
+                             "speedup": float(np.exp(np.log(runs["speedup"]).mean())),
+                             "makespan_ns": float(np.exp(np.log(runs["makespan_ns"]).mean())),
+                             "sensitivity": float(runs["sensitivity"].max())})
+    if not rows:
+        return table.iloc[0:0][[c for c in table.columns if c not in ("row_variance", "row_cv")]].assign(kind="")
+    means = pd.DataFrame(rows)
+    by_point = means.groupby(place + ["workload", "threads"])["speedup"]
+    means["rank"] = by_point.rank(ascending=False, method="min").astype(int)
+    means["behind_best"] = 1 - means["speedup"] / by_point.transform("max")
+    return means.sort_values(place + ["workload", "threads", "rank"]).reset_index(drop=True)
 
 
 def format_ranking(table: pd.DataFrame, highlight: str | None = None, basis: str = "") -> str:

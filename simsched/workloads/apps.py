@@ -25,8 +25,10 @@ How the figures are read (the reading that makes each table's numbers agree):
 - Ligra: the published loop times were measured under Cilk on 48 threads (count x avg is
   the published Cilk fine time for every kernel), so the generator draws such times T and
   gives each loop the sequential work W whose Cilk time that is, by the E1 model of Cilk on
-  that machine: T = min(W, d + W / S) with d = 68.8 us (Cilk's published burden) and
-  S = 28 (the E1 plateau at 48 threads), i.e. W = T up to 71.3 us, else S (T - d). Every
+  that machine: T = min(W, d + W / S) with d = 68.8 us (Cilk's published burden) and S the
+  machine's Cilk peak on 48 threads, the sum of the workers' speeds over the one-core clock's
+  by its machine file (48 x 3.0 / 3.2 GHz = 45; E1's plateau of 28 is its benchmark's
+  instrumentation, not the machine's), i.e. W = T up to d S / (S - 1), else S (T - d). Every
   loop runs once. The rest of the program (Cilk total - Cilk fine: edge maps with nested
   parallelism, which AV21's scheduler leaves to Cilk) is parallel Cilk code: 8 equal coarse
   loops (class ``coarse``, ``Loop.fine_grain`` False, so ``cilk-fg`` runs them as Cilk
@@ -47,22 +49,33 @@ max(1, round(steps x scale)) time steps; a Ligra kernel keeps max(2, round(loops
 fine-grain loops, evenly spaced in the order of their times (the shortest and longest
 kept), in program order, and max(1, round(8 x scale)) coarse loops between them. Defaults simulate in seconds: one CloverLeaf or MPDATA step, 50 LB3D steps,
 whole Ligra kernels.
+
+A Ligra kernel's loops touch its data (``data=1``, ``ligra_footprints``): the per-vertex arrays
+of its code in Ligra and the Twitter graph's edges, at the graph's full size, their memory time
+on top of the converted work. The codes' loops touch no modeled data.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import SimschedError
+from ..locality import Footprint, Gather
 from ..loop import Loop
+from ..machine import load_machine
 from ..spec import Param
 from . import Workload
+from .program import data_name, data_params
 
-# The E1 model of Cilk on the 48-core Xeon E7 that converts a Ligra loop's published time to its work.
+# The E1 model of Cilk on the 48-core Xeon E7 that converts a Ligra loop's published time to its work:
+# Cilk's published burden, and the machine and thread count AV21 measured the kernels on.
 CILK_BURDEN_NS = 68.8e3
-CILK_PEAK = 28.0
+LIGRA_MACHINE = "xeon-e7-4860v2"
+LIGRA_THREADS = 48
 ITERATION_NS = 250.0  # the work of one iteration, for the iteration count of a loop
 # How a code's time outside its loops runs (the ``outside`` parameter): AV21 publishes only its share.
 OUTSIDE = ("serial", "parallel")
@@ -133,18 +146,65 @@ PUBLISHED_OUTCOMES = {
 }
 PUBLISHED_SPEEDUPS = {"lb3d": {"omp-static": 34.1, "fg-tree": 39.3}}
 
+# -- What a Ligra kernel's loops touch (data=1) ------------------------------------------------------------
+# The Twitter graph AV21 run the kernels on (41.7M vertices, 1.47G edges): Kwak et al., WWW 2010, exactly.
+TWITTER_VERTICES = 41_652_230
+TWITTER_EDGES = 1_468_365_182
+# Ligra's layout (Shun & Blelloch, PPoPP 2013; ligra/vertex.h, vertexSubset.h and ligra.h of its code):
+RECORD_BYTES = 24  # a vertex record (asymmetricVertex): in- and out-neighbour pointers, in- and out-degree
+EDGE_BYTES = 4     # an adjacency entry: a 4-byte vertex number (uintE)
+FLAG_BYTES = 1     # a dense vertex subset: one bool per vertex of the graph
+INDEX_BYTES = 4    # a sparse vertex subset: the members' vertex numbers
+DENSE_SHARE = 20   # edgeMap goes dense when a subset's vertices and their out-edges exceed the edges / 20
+
+
+@dataclass(frozen=True)
+class KernelArrays:
+    """A Ligra kernel's per-vertex arrays (name, bytes a vertex): those its vertex maps touch at a member of a
+    vertex subset, and those an edge map reads at an edge's other end."""
+
+    vertex: tuple[tuple[str, int], ...]
+    neighbour: tuple[tuple[str, int], ...]
+
+
+# From each kernel's code (apps/BFS.C, BC.C, Components.C, PageRank.C of Ligra).
+LIGRA_ARRAYS = {
+    # Parents (uintE): set at every vertex first, then by the edge map at a reached target (its cond and CAS).
+    "bfs": KernelArrays((("Parents", 4),), (("Parents", 4),)),
+    # NumPaths and Dependencies (double) and Visited (bool): the vertex maps mark Visited and add to
+    # Dependencies from NumPaths' inverse; an edge checks the target's Visited and adds to its NumPaths (or
+    # Dependencies).
+    "bc": KernelArrays((("NumPaths", 8), ("Dependencies", 8), ("Visited", 1)),
+                       (("NumPaths", 8), ("Visited", 1))),
+    # IDs and prevIDs (uintE): the vertex map copies IDs to prevIDs; an edge reads the target's IDs, prevIDs.
+    "cc": KernelArrays((("IDs", 4), ("prevIDs", 4)), (("IDs", 4), ("prevIDs", 4))),
+    # p_curr and p_next (double): the vertex maps and the norm's loop walk both; an edge (pulled in) reads the
+    # source's p_curr and its out-degree in its vertex record.
+    "pr": KernelArrays((("p_curr", 8), ("p_next", 8)), (("p_curr", 8), ("record", RECORD_BYTES))),
+}
+
+
+@functools.cache
+def cilk_peak() -> float:
+    """Cilk's peak speedup on 48 threads of the Xeon E7: its workers' speeds summed, by its machine file.
+
+    Sequential work runs at the one-core turbo clock and a worker of a busy socket at the
+    all-core one (``Machine.speed_factors``): 48 x 3.0 / 3.2 = 45.
+    """
+    return float(np.sum(1.0 / load_machine(LIGRA_MACHINE).speed_factors(LIGRA_THREADS)))
+
 
 def cilk_time_ns(work_ns):
     """A loop's time under Cilk on 48 threads of the Xeon E7 by the E1 model: min(W, d + W / S)."""
     work_ns = np.asarray(work_ns, dtype=float)
-    return np.minimum(work_ns, CILK_BURDEN_NS + work_ns / CILK_PEAK)
+    return np.minimum(work_ns, CILK_BURDEN_NS + work_ns / cilk_peak())
 
 
 def cilk_work_ns(time_ns):
     """The sequential work whose Cilk time (``cilk_time_ns``) is ``time_ns``."""
     time_ns = np.asarray(time_ns, dtype=float)
-    return np.where(time_ns <= CILK_BURDEN_NS * CILK_PEAK / (CILK_PEAK - 1), time_ns,
-                    CILK_PEAK * (time_ns - CILK_BURDEN_NS))
+    peak = cilk_peak()
+    return np.where(time_ns <= CILK_BURDEN_NS * peak / (peak - 1), time_ns, peak * (time_ns - CILK_BURDEN_NS))
 
 
 def _spread(rng: np.random.Generator, k: int, total: float, lo: float, hi: float, pinned=()) -> np.ndarray:
@@ -225,6 +285,15 @@ class App(Workload):
         "outside": Param("outside", str, "serial", choices=OUTSIDE,
                          help="a code's time outside its loops: serial (the master runs it once a step) or "
                               "parallel (one more loop a step, shared by every worker); AV21 does not say"),
+        # A Ligra kernel's vertex and edge data (ligra_footprints); Ligra fills its arrays in parallel loops.
+        **data_params("first-touch", ("first-touch", "interleave")),
+        # AV21 do not say how often an edge map's reads of its neighbours hit the caches. Read at random places
+        # (1), they would make the model's Cilk take 2.5-6.4 times the published kernel times; 0 leaves them in
+        # the edge maps' work, which the published times hold.
+        "gather": Param("gather", int, 0, lambda v: v in (0, 1), "0 or 1",
+                        help="with data: 1, an edge map reads its neighbours' values at random places of "
+                             "their arrays; 0, it streams its edges only (the neighbours' reads left in its "
+                             "work)"),
     }
 
     def check(self):
@@ -232,6 +301,14 @@ class App(Workload):
         if "outside" in self.given and PUBLISHED[name].kind != "code":
             raise SimschedError(f"workload app: outside= is for the codes ({', '.join(CODES)}); {name} "
                                 "has no code outside its loops")
+        given = [key for key in ("data", "placement", "gather") if key in self.given]
+        if given and PUBLISHED[name].kind == "code":
+            kernels = ", ".join(app for app in PUBLISHED if app not in CODES)
+            raise SimschedError(f"workload app: {'= and '.join(given)}= is for the Ligra kernels "
+                                f"({kernels}); {name}'s loops touch no modeled data")
+        if not self.params["data"] and ("placement" in self.given or "gather" in self.given):
+            raise SimschedError(f"workload app: {'placement' if 'placement' in self.given else 'gather'}= "
+                                "describes the kernel's data, which data=0 leaves out")
 
     def generate(self, rng):
         raise SimschedError("workload app is a program of several loops; it has no single loop's costs")
@@ -256,6 +333,12 @@ class App(Workload):
         loops = [Loop(self._costs(rng, w, cv), name=f"{cls}/{name}.{k}", serial_ns=ns,
                       fine_grain=not (pub.kind == "graph" and cls == "coarse"))
                  for k, (w, cls, ns) in enumerate(zip(work, classes, serial))]
+        if pub.kind == "graph" and self.params["data"]:
+            line = load_machine(LIGRA_MACHINE).hierarchy.line_bytes
+            footprints = ligra_footprints(name, loops, self.params["placement"], "data" not in self.given,
+                                          line, bool(self.params["gather"]))
+            for loop, footprint in zip(loops, footprints):
+                loop.data = footprint
         return Program(name, loops, order, full, np.asarray(times))
 
     def _costs(self, rng, work_ns: float, cv: float) -> np.ndarray:
@@ -344,6 +427,54 @@ def _interleave(fine: list[int], coarse: list[int]) -> list[int]:
             order.append(at[position])
         order.append(index)
     return order
+
+
+def ligra_footprints(app: str, loops: list[Loop], placement: str = "first-touch", optional: bool = False,
+                     line: int = 64, gather: bool = False) -> list[Footprint]:
+    """The data each loop of a Ligra kernel touches on the Twitter graph, at its full size.
+
+    Every loop does the same work per vertex or edge it visits: the kernel's longest
+    fine-grain loop (the published max) visits every vertex once, which sets it. A loop of n
+    iterations splits the vertices into n equal ranges, iteration j taking range j, so loops
+    of as many iterations (every loop at ``max_iterations``) touch the same lines in the same
+    iterations: they name one data set. A fine-grain loop of work W visits the share
+    f = W / W_max of the vertices, spread over the graph (a frontier): in each range f of
+    them, and of each of the kernel's vertex arrays the lines holding one. Its subset is
+    dense (edgeMap's rule: members and their out-edges over the edges / 20), a bool per
+    vertex walked in order (``stream``), or sparse, the members' numbers, whose lines are
+    independent misses (``stride``). A coarse loop (edge maps) streams its sources' records and
+    out-edges, W / (work per visit) edges in all, and (``gather``) reads the neighbour arrays at
+    random places at each. ``optional``: footprints the workload gives unasked; ``line``: the
+    bytes of a cache line of the machine the kernels ran on.
+    """
+    arrays = LIGRA_ARRAYS[app]
+    vertices, edges = TWITTER_VERTICES, TWITTER_EDGES
+    per_visit = float(cilk_work_ns(PUBLISHED[app].max_us * 1e3)) / vertices
+    name = data_name(app)
+    neighbour_bytes = sum(size for _, size in arrays.neighbour)
+    element = math.ceil(neighbour_bytes / len(arrays.neighbour))
+    footprints = []
+    for loop in loops:
+        n = loop.n
+        if loop_class(loop.name) == "coarse":
+            visits = loop.total / per_visit / n  # edges an iteration visits
+            own = round(visits / (edges / vertices) * RECORD_BYTES + visits * EDGE_BYTES)
+            reads = np.full(n, round(visits * len(arrays.neighbour)), dtype=np.int64)
+            neighbours = (Gather(reads, vertices * neighbour_bytes, element, f"{name} neighbours")
+                          if gather else None)
+            footprints.append(Footprint(np.full(n, own, dtype=np.int64), "stream", placement,
+                                        f"{name} edges/{n}", gather=neighbours, optional=optional))
+            continue
+        share = min(1.0, loop.total / (per_visit * vertices))
+        span = vertices / n  # the vertices of an iteration's range
+        lines = sum(span * size / line * -math.expm1(line / size * math.log1p(-share)) if share < 1
+                    else span * size / line for _, size in arrays.vertex)
+        dense = share * (vertices + edges) > edges / DENSE_SHARE
+        subset = span * FLAG_BYTES if dense else share * span * INDEX_BYTES
+        own = round(lines * line + subset)
+        footprints.append(Footprint(np.full(n, own, dtype=np.int64), "stream" if dense else "stride",
+                                    placement, f"{name} vertices/{n}", optional=optional))
+    return footprints
 
 
 def app_statistics(program: Program, full: bool = True) -> dict[str, float]:

@@ -39,6 +39,13 @@ RMAT_ABC = (0.57, 0.19, 0.19)
 VERTEX_BYTES = 8 + 1 + 4
 EDGE_BYTES = 4
 FLAG_BYTES = 1
+# Rodinia's per-vertex arrays that an edge reaches into at its far end: the visited flag (read), and for a
+# neighbour not yet visited its cost (a 4-byte int) and its updating-mask flag (both written).
+NEIGHBOUR_BYTES = FLAG_BYTES + 4 + FLAG_BYTES
+# How a BFS is laid out as loops: one per level over its frontier, or Rodinia's two over all vertices a level.
+STRUCTURES = ("frontier", "rodinia")
+# The parameters that apply to one structure only.
+STRUCTURE_KEYS = {"frontier": (), "rodinia": ("test_ns", "update_ns")}
 
 GRAPH_PARAMS = {
     "graph": Param("graph", str, "uniform",
@@ -305,38 +312,127 @@ class GraphWorkload(ProgramWorkload):
 
 
 class BFS(GraphWorkload):
-    """Breadth-first search level by level: one loop per level over its frontier, in vertex order.
+    """Breadth-first search level by level, as loops over its frontiers or as Rodinia's loops over all vertices.
 
-    An iteration expands one frontier vertex: ``base_ns`` plus ``edge_ns`` per out-edge.
+    ``structure=frontier``: one loop per level over its frontier, in vertex order; an iteration
+    expands one frontier vertex: ``base_ns`` plus ``edge_ns`` per out-edge.
+    ``structure=rodinia``: per level two loops over all n vertices, as Rodinia's BFS runs it
+    (see ``rodinia``).
     """
 
     name = "bfs"
-    summary = "BFS from source: one loop per level over its frontier, base_ns + edge_ns x out-degree each"
+    summary = ("BFS from source: one loop per level over its frontier (structure=frontier), or Rodinia's two loops "
+               "over all vertices per level (structure=rodinia)")
     PARAMS = {**GRAPH_PARAMS,
               "source": Param("source", int, 0, lambda v: v >= 0, ">= 0", help="the vertex the search starts from"),
+              "structure": Param("structure", str, "frontier", choices=STRUCTURES,
+                                 help="frontier: a loop per level over its frontier; rodinia: per level, two loops "
+                                      "over all vertices (expand the frontier, then mark the next one)"),
               "base_ns": _cost("base_ns", 50.0, "per frontier vertex"),
               "edge_ns": _cost("edge_ns", 10.0, "per out-edge of a frontier vertex"),
+              "test_ns": _cost("test_ns", 1.0, "structure=rodinia: per vertex and loop, testing its flag"),
+              "update_ns": _cost("update_ns", 5.0,
+                                 "structure=rodinia: per vertex of the next frontier, marking it in the second loop"),
               # Rodinia's BFS reads the graph file on the master thread: all of it sits on the master's node.
               **data_params("master", ("master", "interleave"))}
 
-    def search(self, rng) -> tuple[list[np.ndarray], int]:
-        """Each frontier vertex's out-degree, level by level in vertex order, and the graph's vertices."""
+    def __init__(self, **params):
+        structure = params.get("structure", self.PARAMS["structure"].default)
+        # Which keys apply is checked first: a key of the other structure is the mistake, whatever its value.
+        for other, keys in STRUCTURE_KEYS.items():
+            stray = [k for k in keys if k in params and other != structure and structure in STRUCTURES]
+            if stray:
+                raise SimschedError(f"workload bfs: parameter {stray[0]} does not apply: it is for "
+                                    f"structure={other}, not structure={structure}")
+        super().__init__(**params)
+
+    def loop_sizes(self):
+        n = self.vertices()
+        if self.params["structure"] != "rodinia" or n is None:
+            return None
+        return [(n, 4)]  # a source that reaches another vertex: at least two levels, two loops each
+
+    def levels(self, rng) -> tuple[sp.csr_matrix, np.ndarray]:
+        """The graph and every vertex's BFS level from the source (-1 where unreached)."""
         graph = self.graph(rng)
         n, source = graph.shape[0], self.params["source"]
         if source >= n:
             raise SimschedError(f"workload bfs: source={source} is not a vertex; the graph has vertices 0..{n - 1}")
         levels = bfs_levels(graph, source)
-        reached = np.flatnonzero(levels >= 0)  # in vertex order
-        if reached.size == 1:
+        if np.count_nonzero(levels >= 0) == 1:
             raise SimschedError(f"workload bfs: disconnected BFS source: vertex {source} reaches no other vertex")
+        return graph, levels
+
+    def search(self, rng) -> tuple[list[np.ndarray], int]:
+        """Each frontier vertex's out-degree, level by level in vertex order, and the graph's vertices."""
+        graph, levels = self.levels(rng)
+        reached = np.flatnonzero(levels >= 0)  # in vertex order
         frontier = reached[np.argsort(levels[reached], kind="stable")]
         degrees = np.diff(graph.indptr)[frontier].astype(np.int64)
-        return np.split(degrees, np.cumsum(np.bincount(levels[frontier]))[:-1]), n
+        return np.split(degrees, np.cumsum(np.bincount(levels[frontier]))[:-1]), graph.shape[0]
+
+    def rodinia(self, rng, data: bool) -> tuple[list[np.ndarray], list[Footprint] | None]:
+        """Rodinia's loops: their iteration costs, and with ``data`` their footprints.
+
+        Rodinia repeats, while the last pass marked a vertex, a pass of two loops over all n
+        vertices: (a) a vertex whose frontier mask is set clears it and, for each out-edge whose
+        neighbour is not visited, sets the neighbour's cost and updating mask; (b) a vertex whose
+        updating mask is set clears it, sets its mask and visited flag (the next frontier) and
+        the stop flag. A vertex of level k is expanded in pass k, so the passes are the levels,
+        the last one marking nothing. In (a) every vertex costs ``test_ns``, a frontier vertex
+        ``base_ns`` + ``edge_ns`` per out-edge more; in (b) every vertex ``test_ns``, a vertex of
+        the next frontier ``update_ns`` more.
+        """
+        graph, levels = self.levels(rng)
+        p = self.params
+        n = graph.shape[0]
+        degree = np.diff(graph.indptr).astype(np.int64)
+        order = np.argsort(levels, kind="stable")
+        reached = order[np.count_nonzero(levels < 0):]
+        passes = np.split(reached, np.cumsum(np.bincount(levels[reached]))[:-1])  # each level's vertices
+        expand = p["base_ns"] + p["edge_ns"] * degree
+        costs = []
+        for level, frontier in enumerate(passes):
+            expanding = np.full(n, p["test_ns"])
+            expanding[frontier] += expand[frontier]
+            marking = np.full(n, p["test_ns"])
+            if level + 1 < len(passes):
+                marking[passes[level + 1]] += p["update_ns"]
+            costs += [expanding, marking]
+        if not data:
+            return costs, None
+        # Edges into the next level find their neighbour not yet visited: visited is set in (b), a pass late.
+        rows = np.repeat(np.arange(n), degree)
+        into_next = (levels[rows] >= 0) & (levels[graph.indices] == levels[rows] + 1)
+        writes = np.bincount(rows[into_next], minlength=n)
+        # Every loop touches, of each vertex, its entries in Rodinia's per-vertex arrays: one data set for all,
+        # a block per vertex. The three arrays an edge reaches into at random are one shared array.
+        name = data_name("bfs")
+        optional = "data" not in self.given
+        flags = np.full(n, FLAG_BYTES, dtype=np.int64)
+        footprints = []
+        for level, frontier in enumerate(passes):
+            own = flags.copy()
+            own[frontier] = VERTEX_BYTES + EDGE_BYTES * degree[frontier]
+            reads = np.zeros(n, dtype=np.int64)
+            reads[frontier] = degree[frontier] + 2 * writes[frontier]
+            footprints.append(Footprint(own, "stream", p["placement"], name, optional=optional,
+                                        gather=Gather(reads, n * NEIGHBOUR_BYTES, FLAG_BYTES,
+                                                      f"{name} neighbour flags and costs")))
+            marked = flags.copy()
+            if level + 1 < len(passes):
+                marked[passes[level + 1]] = 3 * FLAG_BYTES  # updating mask read and cleared, mask and visited set
+            footprints.append(Footprint(marked, "stream", p["placement"], name, optional=optional))
+        return costs, footprints
 
     def loop_costs(self, rng):
+        if self.params["structure"] == "rodinia":
+            return self.rodinia(rng, data=False)[0]
         return [self.params["base_ns"] + self.params["edge_ns"] * d for d in self.search(rng)[0]]
 
     def loops(self, rng):
+        if self.params["structure"] == "rodinia":
+            return self.program(*self.rodinia(rng, data=bool(self.params["data"])))
         degrees, n = self.search(rng)
         costs = [self.params["base_ns"] + self.params["edge_ns"] * d for d in degrees]
         if not self.params["data"]:

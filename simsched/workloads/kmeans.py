@@ -1,6 +1,8 @@
-"""K-means with Hamerly's bounds: one loop over the points per outer iteration, the work of each point changing."""
+"""K-means: one loop over the points per outer iteration, pruned by Hamerly's bounds or, as Rodinia's, not pruned."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -15,6 +17,15 @@ from .program import ProgramWorkload, data_name, data_params
 # of a centroid (two 8-byte coordinates) from the array of the k centroids.
 POINT_BYTES = 2 * 8 + 4 + 2 * 8
 CENTROID_BYTES = 2 * 8
+# Rodinia's k-means keeps its features as 4-byte floats, a point's row reached through an 8-byte pointer
+# (feature[i]), and a point's cluster as a 4-byte int (membership[i], read and written).
+FEATURE_BYTES = 4
+ROW_POINTER_BYTES = 8
+MEMBERSHIP_BYTES = 4
+# Which assignment step the loops run, and the parameters that apply to one variant only.
+VARIANTS = ("hamerly", "rodinia")
+VARIANT_KEYS = {"hamerly": ("blobs", "blob_std", "distance_ns", "check_ns"),
+                "rodinia": ("features", "point_ns", "feature_ns")}
 
 
 def _two_nearest(points: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -70,23 +81,39 @@ def hamerly_distances(points: np.ndarray, centroids: np.ndarray, iters: int) -> 
     return work
 
 
-class KMeans(ProgramWorkload):
-    """A k-means program: ``iters`` loops over the points, point i of loop t costing check_ns + distance_ns x its distances.
+_POINTS = Param("points", int, 10000, lambda v: v >= 1, ">= 1",
+                help="points (iterations per loop); variant=rodinia: 494020, the KDD Cup 1999 data's")
+_CLUSTERS = Param("clusters", int, 8, lambda v: v >= 1, ">= 1", help="clusters k; variant=rodinia: 5, Rodinia's")
+# Rodinia's run on the KDD Cup 1999 data (494,020 points of 34 features, k = 5) is its variant's default shape.
+RODINIA_DEFAULTS = {"points": replace(_POINTS, default=494020), "clusters": replace(_CLUSTERS, default=5)}
 
-    The points are 2-D, drawn from ``blobs`` Gaussian blobs (centres uniform in the unit square,
+
+class KMeans(ProgramWorkload):
+    """A k-means program: ``iters`` loops over the points, one per assignment step of Lloyd's algorithm.
+
+    ``variant=hamerly``: point i of loop t costs check_ns + distance_ns x its distances. The
+    points are 2-D, drawn from ``blobs`` Gaussian blobs (centres uniform in the unit square,
     standard deviation ``blob_std``) and stored blob by blob, as a generator writes them, so
     neighbouring iterations are neighbouring points. The ``clusters`` initial centroids are
     distinct points picked at random (Forgy). Loop t is assignment step t of Lloyd's
     algorithm with Hamerly's pruning (see ``hamerly_distances``): the first loop computes
     every distance, later ones only for points near the moving cluster boundaries, so the
-    costly iterations change from loop to loop. The centroid update between loops (a
-    reduction, short next to the assignment) is not modeled.
+    costly iterations change from loop to loop.
+
+    ``variant=rodinia``: Rodinia's k-means, which prunes nothing: every point computes its
+    distance to all k centroids over its ``features`` features in every step, so every point
+    of every loop costs point_ns + clusters x features x feature_ns, and no points need be drawn.
+
+    The centroid update between loops (a reduction, short next to the assignment) is not modeled.
     """
 
     name = "kmeans"
-    summary = "iters loops over 2-D points, each point's cost its Hamerly-pruned distance computations in that step"
-    PARAMS = {"points": Param("points", int, 10000, lambda v: v >= 1, ">= 1", help="points (iterations per loop)"),
-              "clusters": Param("clusters", int, 8, lambda v: v >= 1, ">= 1", help="clusters k"),
+    summary = ("iters loops over the points: each point's Hamerly-pruned distance computations in that step "
+               "(variant=hamerly), or all k distances over its features (variant=rodinia)")
+    PARAMS = {"variant": Param("variant", str, "hamerly", choices=VARIANTS,
+                               help="hamerly: 2-D points, Hamerly's pruning; rodinia: Rodinia's, no pruning"),
+              "points": _POINTS,
+              "clusters": _CLUSTERS,
               "iters": Param("iters", int, 10, lambda v: v >= 1, ">= 1",
                              help="outer iterations: assignment loops over the points"),
               "blobs": Param("blobs", int, 8, lambda v: v >= 1, ">= 1", help="Gaussian blobs the points come from"),
@@ -94,10 +121,26 @@ class KMeans(ProgramWorkload):
                                 help="standard deviation of a blob (the square is 1 wide)"),
               "distance_ns": _cost("distance_ns", 20.0, "cost of one point-centroid distance"),
               "check_ns": _cost("check_ns", 5.0, "cost of a point's bound update and test, paid by every point"),
+              "features": Param("features", int, 34, lambda v: v >= 1, ">= 1",
+                                help="variant=rodinia: features of a point (34: the KDD Cup 1999 data's)"),
+              "point_ns": _cost("point_ns", 20.0, "variant=rodinia: per point, besides its distances"),
+              "feature_ns": _cost("feature_ns", 1.0, "variant=rodinia: per feature of a point-centroid distance"),
               # Where the published code puts its points is not said: a serial reader or generator (master) is
               # assumed; first-touch (a parallel initialisation) and interleave are the other choices.
               **data_params("master", ("master", "first-touch", "interleave"))}
-    DURATION_PARAMS = ("distance_ns", "check_ns")
+    DURATION_PARAMS = ("distance_ns", "check_ns", "point_ns", "feature_ns")
+
+    def __init__(self, **params):
+        variant = params.get("variant", self.PARAMS["variant"].default)
+        # Which keys apply is checked first: a key of the other variant is the mistake, whatever its value.
+        for other, keys in VARIANT_KEYS.items():
+            stray = [k for k in keys if k in params and other != variant and variant in VARIANTS]
+            if stray:
+                raise SimschedError(f"workload kmeans: parameter {stray[0]} does not apply: it is for "
+                                    f"variant={other}, not variant={variant}")
+        if variant == "rodinia":
+            self.PARAMS = {**self.PARAMS, **RODINIA_DEFAULTS}
+        super().__init__(**params)
 
     def check(self):
         p = self.params
@@ -117,15 +160,28 @@ class KMeans(ProgramWorkload):
     def distances(self, rng) -> np.ndarray:
         """The distances each point computes in each step, (iters, points)."""
         p = self.params
+        if p["variant"] == "rodinia":
+            return np.full((p["iters"], p["points"]), p["clusters"], dtype=np.int64)
         points = self.point_set(rng)
         centroids = points[rng.choice(p["points"], p["clusters"], replace=False)]
         return hamerly_distances(points, centroids, p["iters"])
 
     def loop_costs(self, rng):
-        return list(self.params["check_ns"] + self.params["distance_ns"] * self.distances(rng))
+        p = self.params
+        if p["variant"] == "rodinia":
+            return self.unpruned_costs()
+        return list(p["check_ns"] + p["distance_ns"] * self.distances(rng))
+
+    def unpruned_costs(self) -> list[np.ndarray]:
+        """variant=rodinia: every point of every step costs point_ns + clusters x features x feature_ns."""
+        p = self.params
+        # Every step costs the same: one array for all the loops.
+        return [np.full(p["points"], p["point_ns"] + p["clusters"] * p["features"] * p["feature_ns"])] * p["iters"]
 
     def loops(self, rng):
         p = self.params
+        if p["variant"] == "rodinia":
+            return self.rodinia()
         work = self.distances(rng)
         costs = list(p["check_ns"] + p["distance_ns"] * work)
         if not p["data"]:
@@ -139,3 +195,19 @@ class KMeans(ProgramWorkload):
                                 optional="data" not in self.given)
                       for step in work]
         return self.program(costs, footprints)
+
+    def rodinia(self):
+        """Rodinia's loops: the same loop every step, with its footprint when the data is on."""
+        p = self.params
+        costs = self.unpruned_costs()
+        if not p["data"]:
+            return self.program(costs)
+        # A point streams its row pointer, its features and its cluster, and reads all k centroids (a centroid is
+        # its features) from their array; every step walks the same points and reads the same centroids.
+        name = data_name("kmeans")
+        centroid = p["features"] * FEATURE_BYTES
+        footprint = Footprint(np.full(p["points"], ROW_POINTER_BYTES + centroid + MEMBERSHIP_BYTES, dtype=np.int64),
+                              "stream", p["placement"], name, optional="data" not in self.given,
+                              gather=Gather(np.full(p["points"], p["clusters"], dtype=np.int64),
+                                            p["clusters"] * centroid, centroid, f"{name} centroids"))
+        return self.program(costs, [footprint] * p["iters"])

@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..errors import SimschedError
+from ..locality import Footprint, Gather
+from ..loop import Loop
 from ..spec import Param
 from . import Workload, _cost
+from .program import data_name, data_params
+
+# What a box touches, laid out as Rodinia's LavaMD lays out its data. Of its own: its box record, the header
+# (x, y, z, number: 4-byte ints; offset: 8 bytes; nn: a 4-byte int, padded to 8) and one 24-byte entry (x, y, z,
+# number, offset) per neighbour, of which it reads the number; and per particle its position (four 8-byte
+# doubles: v, x, y, z) and charge (an 8-byte double), read, and its force (four doubles), read and written.
+# Of its neighbours': every particle's position and charge, from the arrays all boxes share.
+BOX_HEADER_BYTES = 32
+NEIGHBOUR_ENTRY_BYTES = 24
+PARTICLE_BYTES = 4 * 8 + 8
+FORCE_BYTES = 4 * 8
 
 
 def cube_side(boxes: int) -> int | None:
@@ -36,18 +51,27 @@ class LavaMD(Workload):
     that some regions are denser than others. Like LavaMD, a box computes the forces between
     each of its particles and every particle of its own box and of its up to 26 neighbours:
     boxes at a face, an edge or a corner of the grid have 17, 11 or 7 neighbours and do less.
+    With ``data=1`` a box touches its record and its particles, and reads its neighbours'
+    particles from the arrays all boxes share.
     """
 
     name = "lavamd"
     summary = "one iteration per box of a d^3 grid: pair_ns x its particles x particles in it and its neighbours"
+    TOUCHES_DATA = False  # its data comes from its particles (data=1), not from bytes=
     PARAMS = {"boxes": Param("boxes", int, 512, lambda v: v >= 1, ">= 1",
                              help="boxes of the grid, a cube d^3 (512 = 8 x 8 x 8)"),
               "particles": Param("particles", float, 100.0, lambda v: v > 0, "> 0",
                                  help="mean particles per box"),
               "spread": Param("spread", float, 0.5, lambda v: v >= 0, ">= 0",
                               help="coefficient of variation of the boxes' particle density (0: Poisson counts)"),
-              "pair_ns": _cost("pair_ns", 10.0, "cost of one particle-particle interaction")}
+              "pair_ns": _cost("pair_ns", 10.0, "cost of one particle-particle interaction"),
+              # Rodinia's LavaMD fills its particle arrays in serial loops on the master thread. Off unless asked
+              # for (data=1), so that the box loop's recorded times stay its compute.
+              **data_params("master", ("master", "first-touch", "interleave"))}
+    PARAMS["data"] = replace(PARAMS["data"], default=0)
     DURATION_PARAMS = ("pair_ns",)
+
+    counts: np.ndarray | None = None  # the particles of each box, as the last draw of the costs found them
 
     def check(self):
         boxes = self.params["boxes"]
@@ -68,5 +92,21 @@ class LavaMD(Workload):
         return [(self.params["boxes"], 1)]
 
     def generate(self, rng):
-        counts = self.particle_counts(rng)
-        return (counts * neighbourhood_sums(counts)).ravel() * self.params["pair_ns"]
+        self.counts = self.particle_counts(rng)
+        return (self.counts * neighbourhood_sums(self.counts)).ravel() * self.params["pair_ns"]
+
+    def loops(self, rng):
+        costs = self.costs(rng)
+        return [Loop(costs, data=self.box_data(self.counts) if self.params["data"] else None)]
+
+    def box_data(self, counts: np.ndarray) -> Footprint:
+        """What each box touches (data=1): its record and particles of its own, its neighbours' particles shared."""
+        neighbours = (neighbourhood_sums(np.ones_like(counts)) - 1).ravel().astype(np.int64)
+        particles = counts.ravel().astype(np.int64)
+        own = BOX_HEADER_BYTES + NEIGHBOUR_ENTRY_BYTES * neighbours + (PARTICLE_BYTES + FORCE_BYTES) * particles
+        # A box reads each neighbour particle once from memory: its own particles' loop over it runs in the l1.
+        reads = (neighbourhood_sums(counts).ravel() - counts.ravel()).astype(np.int64)
+        name = data_name("lavamd")
+        return Footprint(own, "stream", self.params["placement"], name,
+                         gather=Gather(reads, max(int(particles.sum()), 1) * PARTICLE_BYTES, PARTICLE_BYTES,
+                                       f"{name} positions and charges"))

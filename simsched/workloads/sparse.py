@@ -2,7 +2,9 @@
 
 Matrices come from Matrix Market files, or by name from the four shipped under
 ``simsched/workloads/matrices/``; ``python tools/make_matrices.py DIR`` regenerates those from
-a fixed seed and prints their row statistics.
+a fixed seed and prints their row statistics. Without a file, row lengths are drawn from a
+distribution (``rows=``), or fitted to the statistics of a published matrix (``like=``) or to
+statistics given (``mean=``, ``var=``, ``min=``, ``max=``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from ..errors import SimschedError
 from ..locality import ELEMENT_BYTES, Footprint, Gather
 from ..spec import Param
 from . import _cost
+from .fitted_lengths import RowTargets, check_targets, fit
 from .program import ProgramWorkload, data_name, data_params
 
 MATRICES = Path(__file__).resolve().parent / "matrices"
@@ -141,19 +144,32 @@ class SpMV(ProgramWorkload):
     """SpMV in an iterative solver: ``iters`` loops over the rows, ``row_ns`` plus ``nnz_ns`` per nonzero each.
 
     The rows are a matrix's (``matrix=``), or ``rows`` row lengths drawn from the ``lengths``
-    distribution the shipped matrices were made with (no file: any size).
+    distribution the shipped matrices were made with (no file: any size), or row lengths fitted
+    to a published matrix's statistics (``like=``, scaled by ``rows=``) or to the statistics
+    given (``rows``, ``mean``, ``var``, ``min``, ``max``).
     """
 
     name = "spmv"
     summary = "iters loops over a matrix's rows, row_ns + nnz_ns x the row's nonzeros each"
     PARAMS = {"matrix": Param("matrix", str, "lognormal",
                               help="a shipped matrix (" + ", ".join(KINDS) + ") or a Matrix Market file"),
+              "like": Param("like", str, "",
+                            help="row lengths fitted to a published matrix's statistics (Booth & Lane's 15 "
+                                 "SuiteSparse matrices, e.g. FullChip; any case)"),
               "rows": Param("rows", int, 0, lambda v: v >= 1, ">= 1",
-                            help="draw this many row lengths instead of reading a matrix"),
+                            help="draw this many row lengths instead of reading a matrix (with like=: scale "
+                                 "the published matrix to this many rows)"),
               "lengths": Param("lengths", str, "lognormal", choices=KINDS,
                                help="distribution of the drawn row lengths (with rows=)"),
-              "mean": Param("mean", int, SHIPPED_MEAN, lambda v: v >= 1, ">= 1",
-                            help="mean nonzeros per drawn row (with rows=)"),
+              "mean": Param("mean", float, SHIPPED_MEAN, lambda v: v >= 1, ">= 1",
+                            help="mean nonzeros per drawn row (with rows=; whole unless var= is given)"),
+              "var": Param("var", float, 0.0, lambda v: v >= 0, ">= 0",
+                           help="variance of nonzeros per row: with rows=, mean=, min= and max=, row lengths "
+                                "fitted to these statistics"),
+              "min": Param("min", int, 0, lambda v: v >= 0, ">= 0",
+                           help="fewest nonzeros in a row (with var=)"),
+              "max": Param("max", int, 1, lambda v: v >= 1, ">= 1",
+                           help="most nonzeros in a row, at most rows= (with var=)"),
               "iters": Param("iters", int, 10, lambda v: v >= 1, ">= 1", help="solver iterations (loops)"),
               "row_ns": _cost("row_ns", 5.0, "per row"),
               "nnz_ns": _cost("nnz_ns", 2.0, "per nonzero"),
@@ -161,26 +177,88 @@ class SpMV(ProgramWorkload):
               # of the published SpMV), so their pages are all on the master's node.
               **data_params("master", ("master", "first-touch", "interleave"))}
 
+    # The statistics the row lengths are fitted to (like=, or var= and the rest); None: read or drawn.
+    targets: RowTargets | None = None
+
     def check(self):
-        drawn = [k for k in ("lengths", "mean") if k in self.given]
-        if "rows" in self.given and "matrix" in self.given:
+        given, p = self.given, self.params
+        if "like" in given:
+            self._check_like()
+            return
+        fitted = [k for k in ("var", "min", "max") if k in given]
+        drawn = [k for k in ("lengths", "mean") if k in given]
+        if "rows" in given and "matrix" in given:
             raise SimschedError("workload spmv: give matrix= (read a matrix) or rows= (draw row lengths), not both")
-        if drawn and "rows" not in self.given:
+        if fitted:
+            missing = [f"{k}=" for k in ("rows", "mean", "var", "min", "max") if k not in given]
+            if missing:
+                raise SimschedError(f"workload spmv: {fitted[0]}= fits row lengths to statistics: give "
+                                    "rows=, mean=, var=, min= and max= together (missing: "
+                                    + ", ".join(missing) + ")")
+            if "lengths" in given:
+                raise SimschedError("workload spmv: lengths= draws row lengths from a distribution and var= "
+                                    "fits them to statistics: give one of them")
+            self.targets = RowTargets(p["rows"], p["mean"], p["var"], p["min"], p["max"])
+            check_targets(self.targets, "workload spmv")
+            self._check_fit()
+            return
+        if drawn and "rows" not in given:
             raise SimschedError(f"workload spmv: {drawn[0]}= applies to drawn row lengths: give rows= too")
+        if not float(p["mean"]).is_integer():
+            raise SimschedError(f"workload spmv: mean={p['mean']} must be a whole number for lengths drawn "
+                                "from a distribution (a fractional mean needs var=, min= and max=: fitted "
+                                "lengths)")
+
+    def _check_like(self):
+        from .published_matrices import known, scaled
+
+        given = self.given
+        if "matrix" in given:
+            raise SimschedError("workload spmv: give matrix= (read a matrix) or like= (a published matrix's "
+                                "statistics), not both")
+        other = [k for k in ("lengths", "mean", "var", "min", "max") if k in given]
+        if other:
+            raise SimschedError(f"workload spmv: like= gives the row statistics, so {other[0]}= does not "
+                                "apply (rows= scales the published matrix)")
+        # The published name as printed, whatever the case given.
+        self.params["like"] = known(self.params["like"])
+        self.targets = scaled(self.params["like"], self.params["rows"] if "rows" in given else None)
+        self._check_fit()
+
+    def _check_fit(self):
+        # Fitted now, and kept for the run: a few rows near an extreme may have no whole lengths near enough.
+        try:
+            fit(self.targets)
+        except SimschedError as exc:
+            raise SimschedError(f"workload spmv: {exc}") from None
 
     def input_files(self):
         matrix = self.params["matrix"]
-        return [] if "rows" in self.given or not matrix or names_shipped(matrix) else [Path(matrix)]
+        fileless = "rows" in self.given or "like" in self.given
+        return [] if fileless or not matrix or names_shipped(matrix) else [Path(matrix)]
 
     def loop_sizes(self):
-        # Drawn rows are known up front; a matrix's only once it is read (at least one).
-        return [(self.params["rows"] if "rows" in self.given else 1, self.params["iters"])]
+        # Drawn or fitted rows are known up front; a matrix's only once it is read (at least one).
+        rows = self.targets.rows if self.targets else self.params["rows"] if "rows" in self.given else 1
+        return [(rows, self.params["iters"])]
+
+    def matrix_statistics(self) -> dict[str, float] | None:
+        """The row statistics of the matrix read, or of the row lengths fitted (exact, whatever the seed);
+        None for lengths drawn from a distribution (each draw has its own)."""
+        if self.targets is not None:
+            return fit(self.targets).statistics()
+        if "rows" in self.given:
+            return None
+        return row_statistics(read_matrix(self.params["matrix"]))
 
     def shape(self, rng) -> tuple[np.ndarray, int]:
-        """Nonzeros per row, and the columns (the length of x): the matrix's, or drawn."""
+        """Nonzeros per row, and the columns (the length of x): the matrix's, drawn, or fitted (square)."""
         p = self.params
+        if self.targets is not None:
+            # One draw from the run's generator seeds the streams the rows are dealt from.
+            return fit(self.targets).lengths(int(rng.integers(2**63))), self.targets.rows
         if "rows" in self.given:
-            return row_lengths(p["lengths"], p["rows"], p["mean"], rng), p["rows"]
+            return row_lengths(p["lengths"], p["rows"], int(p["mean"]), rng), p["rows"]
         matrix = read_matrix(p["matrix"])
         return np.diff(matrix.indptr), int(matrix.shape[1])
 
@@ -197,8 +275,10 @@ class SpMV(ProgramWorkload):
         if not self.params["data"]:
             return self.program(costs)
         # Every product streams the same rows and gathers from the same x: one data set for all the loops.
-        name = data_name(f"spmv {self.params['matrix'] if 'rows' not in self.given else 'rows'}")
-        lengths = lengths.astype(np.int64)
+        source = (f"like={self.params['like']}" if "like" in self.given else "rows" if "rows" in self.given
+                  else self.params["matrix"])
+        name = data_name(f"spmv {source}")
+        lengths = np.asarray(lengths, dtype=np.int64)  # no copy where they are already (fitted lengths are)
         x = Gather(lengths, max(cols, 1) * ELEMENT_BYTES, ELEMENT_BYTES, f"{name} x")
         footprint = Footprint(ROW_BYTES + NONZERO_BYTES * lengths, "stream", self.params["placement"], name,
                               gather=x, optional="data" not in self.given)

@@ -4,7 +4,10 @@ An iteration j of a loop with a :class:`Footprint` touches ``bytes[j]`` bytes of
 of its own, block j of the loop's data set; loops of a program that name the same data set
 touch the same blocks. :class:`DataState` keeps, per block, the core whose caches last held
 it, when (in bytes moved through each cache since), and its home NUMA node. A chunk's memory
-time is worked out when the chunk starts, for all its iterations at once with NumPy:
+time is worked out when the chunk starts, for all its iterations at once with NumPy (or, for a
+chunk of a few iterations, one iteration at a time in plain floats, with the same operations in
+the same order and so the same result to the bit: NumPy's fixed cost per call would be most of
+the chunk's cost):
 
 * **Residency by reuse distance.** Each cache instance (a core's private level, a socket's
   shared level) counts the bytes that have passed through it. A block last brought in when
@@ -12,6 +15,13 @@ time is worked out when the chunk starts, for all its iterations at once with Nu
   most recent ``size - (count - stamp)`` bytes are still there, so that fraction of it is
   served from that level (clipped to [0, 1], and at least what an inner level holds, since
   the levels are inclusive). The rest comes from its home node's DRAM.
+* **Lines, per chunk.** A data set's blocks lie one after another in memory (block j's bytes
+  follow block j-1's), so a chunk brings in the distinct cache lines of its byte range: each
+  iteration counts the lines its bytes touch but the one it shares with the chunk's previous
+  bytes, which that iteration already brought in. On 64-byte lines, 64 iterations of 1 byte
+  in one chunk cost one line, and a line each when every iteration is a chunk of its own;
+  blocks of whole lines from line-aligned offsets cost their own lines either way. An
+  iteration's accesses to a line it did not bring in are among its other accesses (below).
 * **Where from.** A line in this core's caches, or this socket's shared level, costs that
   level's latency; a line in another core's private cache of the same socket is served
   through the shared level; a line in another socket's shared level, or in another node's
@@ -48,6 +58,8 @@ core keeps misses in flight. It is charged per chunk, for all the chunk's reads 
 from __future__ import annotations
 
 import copy
+import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,6 +71,53 @@ ELEMENT_BYTES = 8  # the kernels touch 8-byte doubles
 PATTERNS = ("stride", "stream", "random")
 PLACEMENTS = ("first-touch", "interleave", "master")
 DRAM_COUNTERS = ("local_dram", "remote_dram")
+# Chunks of up to this many iterations are worked out per iteration in plain floats (DataState._few), larger
+# ones with NumPy: NumPy's path costs about the same for 1 to 128 iterations, the plain one grows by about
+# 10 us an iteration, and they cross near 40 (benchmarks/bench_locality.py, docs/performance.md).
+SCALAR_ITERATIONS = 32
+
+
+@contextmanager
+def scalar_iterations(limit: int):
+    """Within it, chunks of up to ``limit`` iterations take the per-iteration path (0: every chunk NumPy's)."""
+    global SCALAR_ITERATIONS
+    kept, SCALAR_ITERATIONS = SCALAR_ITERATIONS, limit
+    try:
+        yield
+    finally:
+        SCALAR_ITERATIONS = kept
+
+
+def _sum(values: list) -> float:
+    """The sum of floats in the order NumPy's pairwise summation adds them (blocks of up to 128 elements,
+    each with 8 running sums), so that plain lists sum to the bit what NumPy arrays of them sum to."""
+    n = len(values)
+    if n < 8:
+        total = 0.0
+        for value in values:
+            total += value
+        return total
+    if n <= 128:
+        sums = values[:8]
+        whole = n - n % 8
+        for i in range(8, whole, 8):
+            for k in range(8):
+                sums[k] += values[i + k]
+        total = ((sums[0] + sums[1]) + (sums[2] + sums[3])) + ((sums[4] + sums[5]) + (sums[6] + sums[7]))
+        for value in values[whole:]:
+            total += value
+        return total
+    half = n // 2
+    half -= half % 8
+    return _sum(values[:half]) + _sum(values[half:])
+
+
+def _access(latency: float, bandwidth_gbs: float, pattern: str, nbytes: int, overlap) -> float:
+    """``DataState.access`` for one line (or element) in plain floats."""
+    transfer = nbytes / bandwidth_gbs
+    if pattern == "stream":
+        return transfer
+    return max(latency / (overlap if pattern == "stride" else 1), transfer)
 
 
 @dataclass(eq=False)
@@ -155,11 +214,13 @@ class Readers:
 
     def __init__(self):
         self.spans: list[tuple[float, float, float, float]] = []
+        self.soonest = math.inf  # the earliest end of a span: until the clock reaches it, none is dropped
 
     def forget(self, now: float) -> None:
         """Drop the readers that ended by ``now`` (no chunk starts before the clock)."""
-        if self.spans:
+        if self.soonest <= now:
             self.spans = [span for span in self.spans if span[1] > now]
+            self.soonest = min((span[1] for span in self.spans), default=math.inf)
 
     def count(self, at: float) -> int:
         return sum(1 for span in self.spans if span[0] <= at < span[1])
@@ -175,6 +236,7 @@ class Readers:
 
     def add(self, start: float, end: float, gbs: float = 0.0, in_flight: float = 0.0) -> None:
         self.spans.append((start, end, gbs, in_flight))
+        self.soonest = min(self.soonest, end)
 
 
 class Blocks:
@@ -208,7 +270,8 @@ class DataState:
         levels = hierarchy.levels
         # Which cache instance of each level a worker uses: its core for private levels, its socket for shared ones.
         self.instance = [self.cores if lv.shared_by == "core" else self.socket_of_worker for lv in levels]
-        self.through = [np.zeros(machine.cores if lv.shared_by == "core" else machine.sockets) for lv in levels]
+        # Bytes through each instance of each level so far (plain floats: most chunks read or add one at a time).
+        self.through = [[0.0] * (machine.cores if lv.shared_by == "core" else machine.sockets) for lv in levels]
         self.shared = next((i for i, lv in enumerate(levels) if lv.shared_by == "socket"), None)
         # Who reads each shared resource now: every node's DRAM ("dram") and every socket's shared level (its index).
         self.readers = {"dram": [Readers() for _ in range(self.sockets)]}
@@ -221,8 +284,29 @@ class DataState:
         if self.queueing is not None and self.queueing.link_gbs:
             self.readers["link"] = [Readers() for _ in range(self.sockets * self.sockets)]
         self.counters = dict.fromkeys(counter_names(hierarchy), 0.0)
+        # The same tables as plain lists, for the per-iteration path of small chunks (_few).
+        self.every_reader = [readers for resource in self.readers.values() for readers in resource]
+        self.socket_list = self.socket_of_worker.tolist()
+        self.instance_list = [instance.tolist() for instance in self.instance]
+        self.hops_list = hierarchy.socket_hops.tolist()
+        self.overlaps: dict[float, float] = {}  # a stride's misses in flight by block size (_overlap)
+        # How each level serves a line another core last held (see chunk): "shared" (it is the socket's level),
+        # "private" (through the socket's shared level), "alone" (from memory: there is no shared level).
+        self.kinds = ["shared" if lv.shared_by == "socket" else "private" if self.shared is not None else "alone"
+                      for lv in levels]
+        # The counters each level's lines go to, as chunk adds them: served here, by the other instance (the
+        # shared level's, or DRAM with none), by another socket's shared level (None: no such thing).
+        source = levels[self.shared].name if self.shared is not None else None
+        self.tallies = [(f"{lv.name}_hits", f"remote_{lv.name}_hits", None) if kind == "shared"
+                        else (f"{lv.name}_hits", f"{source}_hits", f"remote_{source}_hits") if kind == "private"
+                        else (f"{lv.name}_hits", "local_dram", None) for lv, kind in zip(levels, self.kinds)]
+        # Each level's latency from so many socket hops away (``_far``), by hop count.
+        hops = range(int(hierarchy.socket_hops.max()) + 1)
+        self.far = [[lv.remote_latency_ns[max(k, 1) - 1] if lv.remote_latency_ns else lv.latency_ns for k in hops]
+                    for lv in levels]
         self.blocks: dict[str, Blocks] = {}
         self.plans: dict[tuple, dict] = {}  # what a read of each shared array costs each socket (_gather_plan)
+        self.offsets: dict[Footprint, np.ndarray] = {}  # where each footprint's blocks start (_offsets)
         # The run's generator, for the jitter of memory times (none: exact times, as for a sequential baseline).
         self.rng = rng
         self.check(machine, loops)
@@ -270,14 +354,18 @@ class DataState:
         """The memory time of iterations [lo, hi) run by ``worker`` from ``start``; moves their data there.
 
         ``now`` is the simulation clock (default: ``start``), before which no chunk starts.
+        Chunks of up to ``SCALAR_ITERATIONS`` iterations take the per-iteration path (``_few``),
+        the others NumPy's: the same arithmetic in the same order, so the same time to the bit.
         """
-        for resource in self.readers.values():
-            for readers in resource:
-                readers.forget(start if now is None else now)
+        now = start if now is None else now
+        for readers in self.every_reader:
+            readers.forget(now)
+        if hi - lo <= SCALAR_ITERATIONS:
+            return self._few(worker, fp, lo, hi, start)
         blocks = self.blocks[fp.data]
         pattern, line = fp.pattern, self.line
         size = fp.bytes[lo:hi].astype(float)
-        lines = np.ceil(size / line)
+        lines = self._lines(fp, lo, hi)
         overlap = self.h.stride_overlap(size)
         before = np.cumsum(size) - size  # this chunk's bytes ahead of each iteration
         holder = blocks.holder[lo:hi]
@@ -294,7 +382,7 @@ class DataState:
             mine = self.instance[i][worker]
             theirs = self.instance[i][holder]
             local = theirs == mine
-            distance = self.through[i][theirs] - blocks.stamp[i, lo:hi] + np.where(local, before, 0.0)
+            distance = np.array(self.through[i])[theirs] - blocks.stamp[i, lo:hi] + np.where(local, before, 0.0)
             with np.errstate(divide="ignore", invalid="ignore"):
                 held = np.where(seen, np.clip((level.size_bytes - distance) / size, 0.0, 1.0), 0.0)
             held = np.maximum(held, inner)  # inclusive levels: what an inner level holds, this one holds too
@@ -339,10 +427,11 @@ class DataState:
         self.counters["remote_dram"] += float(from_dram[node_hops > 0].sum())
         time += self._reuse(size, lines, pattern, latency, bandwidth, overlap)
         if fp.gather is not None:
-            time += self._gather(worker, fp, lo, hi, start, reading)
-        total = float(time.sum())
-        if self.rng is not None and self.h.dram.jitter_cv:
-            total *= 1.0 + self.h.dram.jitter_cv * float(np.clip(self.rng.standard_normal(), -3.0, 3.0))
+            reads = fp.gather.reads[lo:hi]
+            count = float(reads.sum())
+            if count:
+                time += reads * self._gather(worker, fp, count, start, reading)
+        total = self._jitter(float(time.sum()))
         # The chunk's blocks now live in this core's caches, stamped in the order it touched them.
         blocks.holder[lo:hi] = worker
         moved = float(size.sum())
@@ -350,54 +439,264 @@ class DataState:
             mine = self.instance[i][worker]
             blocks.stamp[i, lo:hi] = self.through[i][mine] + before + size
             self.through[i][mine] += moved
-        demand = self._demand(total, socket, home, from_dram, latency) if self.queueing is not None else {}
+        demand = {}
+        if self.queueing is not None:
+            used = from_dram > 0
+            lines_by_node = np.bincount(home[used], weights=from_dram[used], minlength=self.sockets)
+            waiting = np.bincount(home[used], weights=(from_dram * latency)[used], minlength=self.sockets)
+            demand = self._demand(total, socket, lines_by_node.tolist(), waiting.tolist())
+        self._hold(reading, demand, start, start + total)
+        return total
+
+    def _few(self, worker: int, fp: Footprint, lo: int, hi: int, start: float) -> float:
+        """``chunk`` for a few iterations, one at a time in plain floats, in NumPy's order of operations.
+
+        Each iteration's time takes the NumPy path's steps in its order, and the counters and
+        readers get the same additions in the same order (sums as NumPy's pairwise summation
+        adds them: ``_sum``), so times and counters are the same to the bit; what it saves is
+        NumPy's fixed cost per call, which is most of a small chunk's cost there.
+        """
+        h, line, pattern, dram = self.h, self.line, fp.pattern, self.h.dram
+        levels, instances, through, kinds = h.levels, self.instance_list, self.through, self.kinds
+        blocks = self.blocks[fp.data]
+        socket = self.socket_list[worker]
+        hops_from = self.hops_list[socket]
+        mine = [instance[worker] for instance in instances]
+        n = hi - lo
+        sizes = [float(nbytes) for nbytes in fp.bytes[lo:hi].tolist()]
+        points = self._offsets(fp)[lo:hi + 1].tolist()  # as _lines: the lines reached by each block's end
+        first = points[0]
+        reached = first // line
+        last = blocks.holder[lo:hi].tolist()
+        stamps = blocks.stamp[:, lo:hi].tolist()
+        home = blocks.home[lo:hi].tolist()
+        if home and min(home) < 0:  # first touch: a page lands on the node of the core that writes it first
+            home = [socket if node < 0 else node for node in home]
+            blocks.home[lo:hi] = home
+        shares = {}  # each (resource, instance)'s bandwidth share: its readers do not change during the chunk
+        # What each level serves, split as the NumPy path's counter sums split it, and the instances of a
+        # shared level whose bandwidth it takes (its own, or for a private level the one it reads through).
+        served = [([], [], []) for _ in levels]
+        used = [[] for _ in levels]
+        time, lines_of, overlap_of, before_of, latency, from_dram = [], [], [], [], [], []
+        ahead = 0.0
+        for j in range(n):
+            size = sizes[j]
+            end = points[j + 1]
+            upto = -(-end // line) if end > first else reached
+            lines = float(upto - reached)
+            reached = upto
+            overlap = self._overlap(size) if h.stride_misses else h.outstanding_misses
+            ahead += size
+            before = ahead - size  # this chunk's bytes ahead of the iteration
+            seen = last[j] >= 0 and size > 0
+            holder = last[j] if seen else worker
+            holder_socket = self.socket_list[holder]
+            same_socket = holder_socket == socket
+            hops = hops_from[holder_socket]
+            t = inner = 0.0
+            for i, level in enumerate(levels):
+                theirs = instances[i][holder]
+                local = theirs == mine[i]
+                held = 0.0
+                if seen:
+                    distance = through[i][theirs] - stamps[i][j] + (before if local else 0.0)
+                    held = min(max((level.size_bytes - distance) / size, 0.0), 1.0)
+                held = max(held, inner)
+                part = (held - inner) * lines
+                inner = held
+                here, there, far_away = served[i]
+                if kinds[i] == "shared":
+                    (here if local else there).append(part)
+                    if not part:
+                        continue
+                    level_latency = level.latency_ns if local else self.far[i][hops]
+                    bandwidth = self._share(i, level, start, holder_socket, shares)
+                    if part > 0:
+                        used[i].append(holder_socket)
+                elif kinds[i] == "private":
+                    if local:
+                        here.append(part)
+                    (there if same_socket else far_away).append(0.0 if local else part)
+                    if not part:
+                        continue
+                    if local:
+                        level_latency, bandwidth = level.latency_ns, level.bandwidth_gbs
+                    else:
+                        source = levels[self.shared]
+                        level_latency = source.latency_ns if same_socket else self.far[self.shared][hops]
+                        bandwidth = self._share(self.shared, source, start, holder_socket, shares)
+                        if part > 0:
+                            used[i].append(holder_socket)
+                else:
+                    (here if local else there).append(part)
+                    if not part:
+                        continue
+                    level_latency = level.latency_ns if local else dram.latency_ns
+                    bandwidth = level.bandwidth_gbs if local else dram.bandwidth_gbs
+                t += part * _access(level_latency, bandwidth, pattern, line, overlap)
+            time.append(t)
+            lines_of.append(lines)
+            overlap_of.append(overlap)
+            before_of.append(before)
+            far = hops_from[home[j]]
+            latency.append(dram.latency_ns if far == 0 else dram.remote_latency_ns[far - 1]
+                           if dram.remote_latency_ns else 0.0)
+            from_dram.append((1.0 - inner) * lines)
+        reading = []
+        counters = self.counters
+        for i, (here, there, far_away) in enumerate(served):
+            named_here, named_there, named_far = self.tallies[i]
+            if here:  # (an empty list sums to 0.0, which leaves a counter as it is)
+                counters[named_here] += _sum(here)
+            if there:
+                counters[named_there] += _sum(there)
+            if far_away:
+                counters[named_far] += _sum(far_away)
+            if used[i]:
+                resource = i if kinds[i] == "shared" else self.shared
+                self._note(resource, levels[resource], used[i], reading)
+        bandwidth = [self._share("dram", dram, start, node, shares) for node in home]
+        self._note("dram", dram, [node for node, lines in zip(home, from_dram) if lines > 0], reading)
+        if self.queueing is not None:
+            by_node, own = [0.0] * self.sockets, [0.0] * self.sockets
+            for j in range(n):
+                in_flight = latency[j] / _access(latency[j], dram.bandwidth_gbs, pattern, line, overlap_of[j])
+                by_node[home[j]] += from_dram[j]
+                own[home[j]] += from_dram[j] * in_flight
+            wait = self._waits(start, socket, by_node, own)
+            latency = [latency[j] + wait[home[j]] for j in range(n)]
+        local_dram, remote_dram = [], []
+        for j in range(n):
+            time[j] += from_dram[j] * _access(latency[j], bandwidth[j], pattern, line, overlap_of[j])
+            (local_dram if hops_from[home[j]] == 0 else remote_dram).append(from_dram[j])
+        counters["local_dram"] += _sum(local_dram)
+        counters["remote_dram"] += _sum(remote_dram)
+        if pattern != "stream":  # as _reuse: the accesses beyond one per line, at the level the block fits in
+            for j in range(n):
+                extra = max(math.ceil(sizes[j] / ELEMENT_BYTES) - lines_of[j], 0.0)
+                if extra:
+                    fits = next((level for level in levels if level.size_bytes >= sizes[j]), None)
+                    if fits is None:  # no cache holds the block: DRAM's cost, as the block's lines got it
+                        cost = _access(latency[j], bandwidth[j], pattern, ELEMENT_BYTES, overlap_of[j])
+                    else:
+                        cost = _access(fits.latency_ns, fits.bandwidth_gbs, pattern, ELEMENT_BYTES, overlap_of[j])
+                    time[j] += extra * cost
+        if fp.gather is not None:
+            reads = fp.gather.reads[lo:hi].tolist()
+            count = float(sum(reads))
+            if count:
+                per_read = self._gather(worker, fp, count, start, reading, shares)
+                for j in range(n):
+                    time[j] += reads[j] * per_read
+        total = self._jitter(_sum(time))
+        # The chunk's blocks now live in this core's caches, stamped in the order it touched them.
+        blocks.holder[lo:hi] = worker
+        moved = _sum(sizes)
+        for i, stamp in enumerate(blocks.stamp):
+            base = through[i][mine[i]]
+            for j in range(n):  # one at a time: NumPy takes a list into a slice at several times the cost
+                stamp[lo + j] = base + before_of[j] + sizes[j]
+            through[i][mine[i]] += moved
+        demand = {}
+        if self.queueing is not None:
+            by_node, waiting = [0.0] * self.sockets, [0.0] * self.sockets
+            for j in range(n):
+                if from_dram[j] > 0:
+                    by_node[home[j]] += from_dram[j]
+                    waiting[home[j]] += from_dram[j] * latency[j]
+            demand = self._demand(total, socket, by_node, waiting)
+        self._hold(reading, demand, start, start + total)
+        return total
+
+    def _offsets(self, fp: Footprint) -> np.ndarray:
+        """Where each of the footprint's blocks starts in its data, and where the last one ends (n + 1 byte
+        offsets: the blocks lie one after another), worked out once per footprint."""
+        offsets = self.offsets.get(fp)
+        if offsets is None:
+            offsets = self.offsets[fp] = np.concatenate(([0], np.cumsum(fp.bytes, dtype=np.int64)))
+        return offsets
+
+    def _lines(self, fp: Footprint, lo: int, hi: int) -> np.ndarray:
+        """The cache lines each iteration of the chunk [lo, hi) brings in: the distinct lines of the chunk's
+        byte range, each counted by the first iteration that touches it.
+
+        Counted up to each block's end, the chunk has reached line ceil(end / line) (line
+        floor(start / line) before its first byte, which may share its line with the block
+        before the chunk); an iteration brings in the lines from where the chunk had reached
+        to where it reaches, none for a block of 0 bytes.
+        """
+        points = self._offsets(fp)[lo:hi + 1]
+        first = points[0]
+        reached = np.where(points > first, -(-points // self.line), first // self.line)
+        return np.diff(reached).astype(float)
+
+    def _jitter(self, total: float) -> float:
+        """A chunk's memory time scaled by 1 + jitter_cv x z (z from the run's generator, clipped at 3)."""
+        if self.rng is not None and self.h.dram.jitter_cv:
+            total *= 1.0 + self.h.dram.jitter_cv * float(np.clip(self.rng.standard_normal(), -3.0, 3.0))
+        return total
+
+    def _hold(self, reading: list, demand: dict, start: float, end: float) -> None:
+        """Count the chunk among the readers of what it reads, with what it demands of each, until ``end``."""
         for resource, instances in reading:
             for instance in instances:
                 load = demand.pop((resource, instance), ())
-                self.readers[resource][instance].add(start, start + total, *load)
+                self.readers[resource][instance].add(start, end, *load)
         for (resource, instance), load in demand.items():  # read without a bandwidth share, still loading it
-            self.readers[resource][instance].add(start, start + total, *load)
-        return total
+            self.readers[resource][instance].add(start, end, *load)
 
     def _waiting(self, start: float, socket: int, home: np.ndarray, from_dram: np.ndarray, idle: np.ndarray,
                  pattern: str, overlap) -> np.ndarray:
         """Each iteration's wait per DRAM line behind the misses of the chunks reading its node (and link).
 
-        One wait per node (and per link from it), from the others' load when this chunk starts,
-        as for the shared bandwidth, and the misses this chunk keeps in flight alone: its ``idle``
-        latency over what a line costs it at its own bandwidth, whatever share it gets now
-        (see ``loaded.py``).
+        The misses this chunk keeps in flight alone are its ``idle`` latency over what a line
+        costs it at its own bandwidth, whatever share it gets now (see ``loaded.py``).
         """
-        queue, dram = self.queueing, self.h.dram
-        in_flight = idle / self.access(idle, dram.bandwidth_gbs, pattern, self.line, overlap)
+        in_flight = idle / self.access(idle, self.h.dram.bandwidth_gbs, pattern, self.line, overlap)
         lines = np.bincount(home, weights=from_dram, minlength=self.sockets)
         own = np.bincount(home, weights=from_dram * in_flight, minlength=self.sockets)
-        wait = np.zeros(self.sockets)
-        for node in np.flatnonzero(lines).tolist():
-            hops = int(self.h.socket_hops[socket, node])
+        return np.asarray(self._waits(start, socket, lines.tolist(), own.tolist()))[home]
+
+    def _waits(self, start: float, socket: int, lines: list, own: list) -> list[float]:
+        """The wait per DRAM line at each node (and the link from it) for a chunk of ``socket`` reading
+        ``lines`` from each node, with ``own`` (its lines x misses in flight) there.
+
+        One wait per node (and per link from it), from the others' load when this chunk starts,
+        as for the shared bandwidth, and the chunk's own misses in flight to the node, the mean
+        over its lines.
+        """
+        queue, dram = self.queueing, self.h.dram
+        waits = [0.0] * self.sockets
+        for node, count in enumerate(lines):
+            if not count:
+                continue
+            hops = self.hops_list[socket][node]
             latency = dram.remote_latency_ns[hops - 1] if hops else dram.latency_ns
-            mine = float(own[node] / lines[node])   # its misses in flight to the node, the mean over its lines
+            mine = own[node] / count
+            wait = 0.0
             if queue.controller:
-                wait[node] += queue.controller_wait(*self.readers["dram"][node].load(start), mine, latency)
+                wait += queue.controller_wait(*self.readers["dram"][node].load(start), mine, latency)
             if queue.link_gbs and hops:
                 others = self.readers["link"][node * self.sockets + socket].load(start)
-                wait[node] += queue.link_wait(*others, mine, latency)
-        return wait[home]
+                wait += queue.link_wait(*others, mine, latency)
+            waits[node] = wait
+        return waits
 
-    def _demand(self, total: float, socket: int, home: np.ndarray, from_dram: np.ndarray, latency) -> dict:
+    def _demand(self, total: float, socket: int, lines: list, waiting: list) -> dict:
         """What this chunk demands of each node's controller (and link) it reads, over its memory time.
 
+        ``lines``: the DRAM lines it reads from each node; ``waiting``: their lines x latency there.
         {(resource, instance): (GB/s, misses in flight)}; by Little's law its misses in flight are
         its lines x their latency over that time.
         """
-        used = from_dram > 0
-        if total <= 0 or not used.any():
+        if total <= 0 or not any(lines):
             return {}
-        lines = np.bincount(home[used], weights=from_dram[used], minlength=self.sockets)
-        waiting = np.bincount(home[used], weights=(from_dram * latency)[used], minlength=self.sockets)
         demand = {}
-        for node in np.flatnonzero(lines).tolist():
-            load = (float(lines[node]) * self.line / total, float(waiting[node]) / total)
+        for node, count in enumerate(lines):
+            if not count:
+                continue
+            load = (count * self.line / total, waiting[node] / total)
             if self.queueing.controller:
                 demand["dram", node] = load
             if self.queueing.link_gbs and node != socket:
@@ -413,6 +712,13 @@ class DataState:
         self.counters[f"{level.name}_hits"] += float(part[local].sum())
         self.counters[f"remote_{level.name}_hits"] += float(part[~local].sum())
 
+    def _overlap(self, nbytes: float) -> float:
+        """``hierarchy.stride_overlap`` of one block size, worked out by it once per size."""
+        overlap = self.overlaps.get(nbytes)
+        if overlap is None:
+            overlap = self.overlaps[nbytes] = float(self.h.stride_overlap(np.array([nbytes]))[0])
+        return overlap
+
     def _reuse(self, size, lines, pattern, dram_latency, dram_bandwidth, overlap) -> np.ndarray:
         """The time of each iteration's accesses beyond one per line, at the innermost level its block fits in."""
         extra = np.maximum(np.ceil(size / ELEMENT_BYTES) - lines, 0.0)
@@ -425,9 +731,10 @@ class DataState:
         costs.append(self.access(dram_latency, dram_bandwidth, pattern, ELEMENT_BYTES, overlap))
         return extra * np.choose(fits, costs)
 
-    def _gather(self, worker: int, fp: Footprint, lo: int, hi: int, start: float,
-                reading: list) -> np.ndarray:
-        """The time of each iteration's reads of the footprint's shared array, [lo, hi) run by ``worker``.
+    def _gather(self, worker: int, fp: Footprint, count: float, start: float, reading: list,
+                shares: dict | None = None) -> float:
+        """The time of one read of the footprint's shared array by ``worker``, its chunk reading ``count``
+        (``shares``: as for ``_share``).
 
         A read at a random place finds the array in a level with the chance that the level holds
         it, min(1, level size / array size), as if the array had the level to itself (at least
@@ -435,32 +742,30 @@ class DataState:
         in proportion to the array's pages there. Reads missing a level bring their lines through
         it, which ages what the iterations' own data left there.
         """
-        gather = fp.gather
-        reads = gather.reads[lo:hi]
-        count = float(reads.sum())
-        if not count:
-            return np.zeros(hi - lo)
-        socket = int(self.socket_of_worker[worker])
-        plan = self._gather_plan(gather, fp.placement, socket)
+        socket = self.socket_list[worker]
+        plan = self._gather_plan(fp.gather, fp.placement, socket)
         overlap = self.h.outstanding_misses
         per_read = 0.0
-        for i, level, part, missed, nbytes in plan["levels"]:
-            self.through[i][self.instance[i][worker]] += missed * count * self.line
+        for i, level, part, missed, nbytes, name in plan["levels"]:
+            self.through[i][self.instance_list[i][worker]] += missed * count * self.line
             if part <= 0:
                 continue
             bandwidth = level.bandwidth_gbs
             if level.shared_by == "socket":
-                bandwidth = float(self._shared(i, level, start, plan["socket"], plan["used"], reading)[0])
+                bandwidth = self._share(i, level, start, socket, shares)
+                self._note(i, level, [socket], reading)
             per_read += part * max(level.latency_ns / overlap, nbytes / bandwidth)
-            self.counters[f"{level.name}_hits"] += part * count
+            self.counters[name] += part * count
         missed = plan["dram"]
         if missed > 0:
-            share, latency = plan["share"], plan["latency"]
-            bandwidth = self._shared("dram", self.h.dram, start, plan["nodes"], share > 0, reading)
-            per_read += missed * float((share * np.maximum(latency / overlap, self.line / bandwidth)).sum())
-            self.counters["local_dram"] += missed * count * float(share[socket])
-            self.counters["remote_dram"] += missed * count * float(1.0 - share[socket])
-        return reads * per_read
+            dram, share = self.h.dram, plan["share"]
+            self._note("dram", dram, plan["nodes"], reading)
+            costs = [part * max(latency / overlap, self.line / self._share("dram", dram, start, node, shares))
+                     for node, (part, latency) in enumerate(zip(share, plan["latency"]))]
+            per_read += missed * _sum(costs)
+            self.counters["local_dram"] += missed * count * share[socket]
+            self.counters["remote_dram"] += missed * count * (1.0 - share[socket])
+        return per_read
 
     def _gather_plan(self, gather: Gather, placement: str, socket: int) -> dict:
         """What a read of a shared array costs a core of ``socket``, but for the shared bandwidths: worked out
@@ -472,15 +777,17 @@ class DataState:
             for i, level in enumerate(self.h.levels):
                 held = max(inner, min(1.0, level.size_bytes / gather.size))
                 # A read served by the innermost level moves one element; one that missed it, the whole line.
-                levels.append((i, level, held - inner, 1.0 - held, gather.element if i == 0 else self.line))
+                levels.append((i, level, held - inner, 1.0 - held, gather.element if i == 0 else self.line,
+                               f"{level.name}_hits"))
                 inner = held
             dram = self.h.dram
             nodes = np.arange(self.sockets)
             hops = self.h.socket_hops[socket, nodes]
             latency = (np.where(hops == 0, dram.latency_ns, self.remote(dram.remote_latency_ns, hops))
                        if dram.remote_latency_ns else np.full(self.sockets, dram.latency_ns))
-            plan = {"levels": levels, "dram": 1.0 - inner, "share": self._pages(placement),
-                    "latency": latency, "nodes": nodes, "socket": np.array([socket]), "used": np.array([True])}
+            share = self._pages(placement)
+            plan = {"levels": levels, "dram": 1.0 - inner, "share": share.tolist(),
+                    "latency": latency.tolist(), "nodes": np.flatnonzero(share > 0).tolist()}
             self.plans[key] = plan
         return plan
 
@@ -505,6 +812,25 @@ class DataState:
             reading.append((resource, np.unique(instances[used]).tolist()))
         readers = np.array([r.count(start) + 1 for r in self.readers[resource]])
         return np.minimum(source.bandwidth_gbs, source.shared_bandwidth_gbs / readers)[instances]
+
+    def _share(self, resource, source, start: float, instance: int, known: dict | None = None) -> float:
+        """``_shared`` for one instance: the per-core bandwidth from it, one more reader being added
+        (``known``: the shares already worked out for this chunk)."""
+        if resource not in self.readers or not source.shared_bandwidth_gbs:
+            return source.bandwidth_gbs
+        key = (resource, instance)
+        if known is not None and key in known:
+            return known[key]
+        readers = self.readers[resource][instance].count(start) + 1
+        share = min(source.bandwidth_gbs, source.shared_bandwidth_gbs / readers)
+        if known is not None:
+            known[key] = share
+        return share
+
+    def _note(self, resource, source, used: list, reading: list) -> None:
+        """``_shared``'s bookkeeping for a chunk: hold a reader of each instance ``used`` until it ends."""
+        if used and resource in self.readers and source.shared_bandwidth_gbs:
+            reading.append((resource, sorted(set(used))))
 
     def tally(self, counters) -> None:
         """Add the served-by counts (whole cache lines) to a run's counters."""

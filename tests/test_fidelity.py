@@ -127,6 +127,31 @@ def test_e4_checks_read_the_ranking(monkeypatch):
     assert (always.ours, always.verdict) == ("stealing", DISAGREES)
 
 
+def test_e4_apps_pool_the_matrices_and_list_their_statistics_as_inputs(monkeypatch):
+    from simsched.analysis import ranking
+
+    # iCh 2nd on one matrix and 4th on the other; one figure for SpMV, by the geometric means: a 5, b 3,
+    # iCh 2, c 1.41.
+    speedups = {"spmv:like=patents,rows=100000": {"ich": 4.0, "a": 5.0, "b": 3.0, "c": 1.0},
+                "spmv:like=AS365,rows=100000": {"ich": 1.0, "a": 5.0, "b": 3.0, "c": 2.0},
+                "lavamd:boxes=27": {"ich": 2.0, "a": 1.0}}
+    rows = [{"workload": w, "threads": 28, "method": m, "best": m, "speedup": v, "makespan_ns": 1.0 / v,
+             "sensitivity": 1.0} for w, methods in speedups.items() for m, v in methods.items()]
+    table = pd.DataFrame(rows)
+    table["rank"] = table.groupby("workload")["speedup"].rank(ascending=False, method="min").astype(int)
+    table["behind_best"] = 1 - table["speedup"] / table.groupby("workload")["speedup"].transform("max")
+    monkeypatch.setattr(ranking, "rank_methods", lambda *args: table)
+    checks = fidelity.e4_apps_checks(pd.DataFrame())
+    outcomes = by_figure([c for c in checks if c.kind != fidelity.INPUT])
+    assert set(outcomes) == {"lavamd:boxes=27: iCh's rank at 28 threads",
+                             "spmv (geometric mean over 2 workloads): iCh's rank at 28 threads"}
+    assert outcomes["spmv (geometric mean over 2 workloads): iCh's rank at 28 threads"].value == 3
+    inputs = by_figure([c for c in checks if c.kind == fidelity.INPUT])
+    assert inputs["patents matrix (100000 rows): variance of nonzeros per row"].verdict == AGREES
+    assert inputs["AS365 matrix (100000 rows): longest row over shortest"].published == "4.6"
+    assert len(inputs) == 2 * 3
+
+
 def test_report_from_stored_results(tmp_path, capsys):
     out = tmp_path / "fidelity.md"
     assert main(["report", "--results", str(DATA), "--out", str(out)]) == 0

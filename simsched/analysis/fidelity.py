@@ -338,8 +338,38 @@ def e4_apps_checks(results: pd.DataFrame | None) -> list[Check]:
     # BL report SpMV as one figure, the geometric mean of each method's speedup over their matrices.
     means = geometric_means(table)
     pooled = table["workload"].map(workload_kind).isin(set(means["kind"]))
+    workloads = list(dict.fromkeys(table["workload"]))
     table = pd.concat([table[~pooled], means], ignore_index=True)
-    return _ich_ranks(table, "E4 apps", list(dict.fromkeys(table["workload"])))
+    return _ich_ranks(table, "E4 apps", list(dict.fromkeys(table["workload"]))) + _matrix_inputs(workloads)
+
+
+MATRIX_STATISTICS = (("mean", "mean nonzeros per row", 3), ("var", "variance of nonzeros per row", 4),
+                     ("ratio", "longest row over shortest", 3))
+
+
+def _matrix_inputs(workloads: list[str]) -> list[Check]:
+    """The statistics of each matrix drawn like a published one (``spmv:like=``) against BL Table 1's."""
+    from ..workloads import get_workload
+    from ..workloads.published_matrices import FIGURES, known
+
+    checks = []
+    for spec in workloads:
+        workload = get_workload(spec)
+        if workload.name != "spmv" or "like" not in workload.given:
+            continue
+        name = known(workload.params["like"])
+        _, _, mean, ratio, var = FIGURES[name]
+        published = {"mean": float(mean), "var": float(var), "ratio": float(ratio)}
+        ours = workload.matrix_statistics()
+        ours = {**ours, "ratio": ours["max"] / ours["min"]}
+        for key, label, digits in MATRIX_STATISTICS:
+            # Table 1 prints each figure to its digits: hugebubbles-10's variance of 0 is 0.09 in whole rows.
+            check = close_to("E4 apps", f"{name} matrix ({workload.params['rows'] or 'its'} rows): {label}",
+                             published[key], ours[key], f".{digits}g") if published[key] else \
+                bounded("E4 apps", f"{name} matrix ({workload.params['rows'] or 'its'} rows): {label}",
+                        f"{var} (as printed)", ours[key], high=0.1, fmt=f".{digits}g")
+            checks.append(dataclasses.replace(check, kind=INPUT))
+    return checks
 
 
 # -- E5 ----------------------------------------------------------------------------------------------------

@@ -1,0 +1,228 @@
+"""The data model's two ways of working a chunk out give the same results to the bit.
+
+``DataState.chunk`` takes chunks of up to ``locality.SCALAR_ITERATIONS`` iterations one
+iteration at a time in plain floats (``_few``), larger ones with NumPy over all their
+iterations. These tests replay the same chunks with every chunk on one path, then on the other
+(the limit set to 0, then beyond any chunk), on machines that exercise every branch of the model
+(two and four sockets, shared levels with and without a bandwidth share, no shared level,
+stride misses by array size, jitter, a measured loaded-latency curve, socket links), and require
+the same times, counters, block states and readers; then whole runs through the CLI.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import tomllib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simsched import Machine, load_machine, locality
+from simsched.locality import scalar_iterations
+from simsched.cli import main
+from simsched.locality import DataState, Footprint, Gather, Readers, _sum
+from simsched.loop import Loop
+from simsched.machine import builtin_machine_bytes
+from simsched.workloads import draw_loops, get_workload
+
+NUMPY, PER_ITERATION = 0, 10**9   # SCALAR_ITERATIONS that put every chunk on one path
+
+
+def _haswell_data() -> dict:
+    return tomllib.loads(builtin_machine_bytes("haswell-e5-2695v3").decode())
+
+
+def _strided() -> Machine:
+    """Haswell with misses in flight for a stride that grow with the array (interpolated per block size)."""
+    data = _haswell_data()
+    data["name"] = "haswell-stride-misses"
+    data["cache"]["l1"]["stride_misses"] = [[1, 4], [16, 7], [256, 10]]
+    return Machine.from_dict(data, "test")
+
+
+def _no_shared_level() -> Machine:
+    """Haswell without its L3: another core's line comes back from memory."""
+    data = _haswell_data()
+    data["name"] = "haswell-no-l3"
+    del data["cache"]["l3"]
+    return Machine.from_dict(data, "test")
+
+
+MACHINES = {
+    "haswell": lambda: load_machine("haswell-e5-2695v3"),
+    "xeon-e5-4620 (4 sockets, jitter)": lambda: load_machine("xeon-e5-4620"),
+    "xeon-e7 with links": lambda: load_machine("xeon-e7-4860v2[dram.link_bandwidth_gbs=10]"),
+    "haswell with a loaded-latency curve":
+        lambda: load_machine("haswell-e5-2695v3[dram.loaded_latency_ns=[[0,80],[20,100],[50,200]]]"),
+    "haswell without queueing": lambda: load_machine('haswell-e5-2695v3[dram.queueing="none"]'),
+    "stride misses": _strided,
+    "no shared level": _no_shared_level,
+}
+_BUILT: dict[str, Machine] = {}
+
+
+def machine(name: str) -> Machine:
+    if name not in _BUILT:
+        _BUILT[name] = MACHINES[name]()
+    return _BUILT[name]
+
+
+
+
+def replay(m: Machine, loops: list[Loop], plan, limit: int, threads: int | None = None):
+    """Run ``plan`` ((loop, lo, hi, worker, start), ...) through a fresh DataState with chunks of up to
+    ``limit`` iterations on the per-iteration path; everything the state holds afterwards, and each chunk's
+    time."""
+    threads = threads or m.cores
+    state = DataState(m, m.placement(threads), loops, np.random.default_rng(7))
+    with scalar_iterations(limit):
+        times = [state.chunk(worker, loops[k].data, lo, hi, start) for k, lo, hi, worker, start in plan]
+    return {
+        "times": times,
+        "counters": dict(state.counters),
+        "blocks": {name: (blocks.holder.tolist(), blocks.stamp.tolist(), blocks.home.tolist())
+                   for name, blocks in state.blocks.items()},
+        "through": copy.deepcopy(state.through),
+        "readers": {key: [r.spans for r in group] for key, group in state.readers.items()},
+    }
+
+
+def random_plan(loops: list[Loop], threads: int, rng: np.random.Generator, chunks: int, largest: int = 48):
+    """Chunks over the loops in order, of 1 to ``largest`` iterations (a few bigger), to workers in turn
+    as they free up, starting a little apart so that their readers overlap."""
+    plan, start = [], 0.0
+    for k, loop in enumerate(loops):
+        lo = 0
+        while lo < loop.n and len(plan) < chunks * (k + 1):
+            size = int(rng.integers(1, largest + 1)) if rng.random() < 0.9 else int(rng.integers(40, 400))
+            hi = min(lo + size, loop.n)
+            plan.append((k, lo, hi, int(rng.integers(threads)), start))
+            start += float(rng.exponential(300.0))
+            lo = hi
+    return plan
+
+
+def assert_same(a: dict, b: dict) -> None:
+    assert a["times"] == b["times"]
+    assert a["counters"] == b["counters"]
+    assert a["blocks"] == b["blocks"]
+    assert a["through"] == b["through"]
+    assert a["readers"] == b["readers"]
+
+
+APPS = ["spmv:matrix=lognormal,iters=2", "bfs:graph=scale-free,n=1500,gamma=2.3,source=0",
+        "kmeans:points=600,clusters=8,iters=2,placement=interleave",
+        "spmv:matrix=banded,iters=2,placement=master",
+        # Arrays of 0.1 to 60 KiB, twice over: blocks partly left in a cache, so that sums of fractions of
+        # lines are rounded, and differ with the order of their terms.
+        "arrays:n=300,bytes=30000,balance=unbalanced,pattern=random"]
+
+
+@pytest.mark.parametrize("name", list(MACHINES))
+@pytest.mark.parametrize("app", APPS)
+def test_application_chunks_cost_the_same_on_both_paths(name, app):
+    m = machine(name)
+    loops = draw_loops(get_workload(app), np.random.default_rng(0))
+    loops = loops if len(loops) > 1 else loops * 2   # a loop again over the data it left in the caches
+    plan = random_plan(loops, m.cores, np.random.default_rng(len(name) + len(app)), chunks=60)
+    numpy_path = replay(m, loops, plan, NUMPY)
+    per_iteration = replay(m, loops, plan, PER_ITERATION)
+    assert_same(numpy_path, per_iteration)
+    assert sum(numpy_path["counters"].values()) > 0 and min(numpy_path["times"]) > 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(name=st.sampled_from(list(MACHINES)), pattern=st.sampled_from(locality.PATTERNS),
+       placement=st.sampled_from(locality.PLACEMENTS), n=st.integers(1, 120),
+       sizes=st.lists(st.integers(0, 40_000), min_size=1, max_size=7), gather=st.booleans(),
+       seed=st.integers(0, 2**32 - 1), threads=st.integers(1, 8))
+def test_random_chunks_cost_the_same_on_both_paths(name, pattern, placement, n, sizes, gather, seed, threads):
+    m = machine(name)
+    rng = np.random.default_rng(seed)
+    nbytes = np.array(sizes)[rng.integers(len(sizes), size=n)] // 8 * 8   # blocks of 0 bytes among them
+    reads = Gather(rng.integers(0, 30, size=n), int(rng.integers(8, 10**7)), 8, "x") if gather else None
+    shared = Footprint(nbytes, pattern, placement, "a", gather=reads)
+    other = Footprint(nbytes[::-1].copy(), pattern, placement, "b")
+    # The same data twice (the second loop finds the first one's blocks in some core's caches), then other
+    # data.
+    loops = [Loop(np.zeros(n), data=shared), Loop(np.zeros(n), data=shared), Loop(np.zeros(n), data=other)]
+    threads = min(threads, m.cores)
+    plan = random_plan(loops, threads, rng, chunks=40, largest=int(rng.integers(1, 40)))
+    plan.insert(len(plan) // 2, (0, n // 2, n // 2, 0, plan[len(plan) // 2][4]))   # an empty chunk too
+    assert_same(replay(m, loops, plan, NUMPY, threads), replay(m, loops, plan, PER_ITERATION, threads))
+
+
+def test_small_chunks_take_the_per_iteration_path(monkeypatch):
+    """The limit routes chunks: up to SCALAR_ITERATIONS iterations per iteration, larger ones with NumPy."""
+    m = machine("haswell")
+    loops = draw_loops(get_workload("spmv:matrix=uniform,iters=1"), np.random.default_rng(0))
+    state = DataState(m, m.placement(28), loops, None)
+    taken = []
+    few = DataState._few
+    monkeypatch.setattr(DataState, "_few",
+                        lambda self, *args: taken.append(args[3] - args[2]) or few(self, *args))
+    limit = locality.SCALAR_ITERATIONS
+    for lo, hi in ((0, 1), (1, 1 + limit), (1 + limit, 2 + 2 * limit)):
+        state.chunk(0, loops[0].data, lo, hi, 0.0)
+    assert taken == [1, limit]
+
+
+@settings(max_examples=100, deadline=None)
+@given(values=st.lists(st.floats(0, 1e12, allow_nan=False) | st.integers(0, 10**6).map(float), max_size=300))
+def test_plain_sums_add_as_numpy_adds(values):
+    """``_sum`` of a list is NumPy's sum of the array of it, to the bit (its pairwise order, not Python's)."""
+    assert _sum(list(values)) == float(np.sum(np.array(values, dtype=float)))
+
+
+def _forgetting(steps) -> None:
+    """Add spans ((start, length)) and forget at times (a float: how far the clock moves), as ``steps`` say;
+    the readers must hold exactly the spans that have not ended, in the order they came."""
+    readers, kept, now = Readers(), [], 0.0
+    for step in steps:
+        if isinstance(step, tuple):
+            start, length = step
+            readers.add(now + start, now + start + length, 1.0, 2.0)
+            kept.append((now + start, now + start + length, 1.0, 2.0))
+        else:
+            now += step
+            readers.forget(now)
+            kept = [span for span in kept if span[1] > now]
+        assert readers.spans == kept
+
+
+def test_readers_forget_exactly_those_that_ended():
+    # Two left after a forget, the sooner one ending before the next forget: only it goes.
+    _forgetting([(0.0, 5.0), (0.0, 10.0), (0.0, 7.0), 6.0, 2.0, (1.0, 0.5), 1.4, 10.0])
+
+
+@settings(max_examples=100, deadline=None)
+@given(steps=st.lists(st.tuples(st.floats(0, 50), st.floats(0, 50)) | st.floats(0, 30), max_size=30))
+def test_readers_forget_exactly_those_that_ended_whatever_the_order(steps):
+    _forgetting(steps)
+
+
+def _run_json(capsys, *args: str) -> dict:
+    assert main(["run", *args, "--json", "--no-chunk-table"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("args", [
+    # One-iteration chunks over the same points loop after loop (each finds what the last one left).
+    ("--machine", "haswell-e5-2695v3", "--scheduler", "omp-dynamic:chunk=1,runtime=gnu", "--threads", "28",
+     "--workload", "kmeans:points=600,clusters=8,iters=3"),
+    # iCh's chunks, from dozens of rows down to one: both paths in one run.
+    ("--machine", "xeon-e5-4620", "--scheduler", "ich:eps=0.25", "--threads", "32",
+     "--workload", "spmv:matrix=powerlaw,iters=3", "--seed", "3"),
+    # Chunks of 12 iterations (sums of more than 8 terms) over arrays of 0.1 to 60 KiB, twice over.
+    ("--machine", "xeon-e5-4620", "--scheduler", "omp-dynamic:chunk=12", "--threads", "32",
+     "--workload", "arrays:n=3000,bytes=30000,balance=unbalanced,pattern=random", "--repeat", "2"),
+])
+def test_a_whole_run_is_the_same_whichever_path_its_chunks_take(capsys, args):
+    shipped = _run_json(capsys, *args)
+    with scalar_iterations(NUMPY):
+        numpy_only = _run_json(capsys, *args)
+    assert shipped == numpy_only
+    assert shipped["counters"]["local_dram"] + shipped["counters"]["remote_dram"] > 0

@@ -98,6 +98,22 @@ def resolve_params(owner: str, schema: dict[str, Param], given: dict[str, Any]) 
     return resolved
 
 
+def refuse_other_modes(owner: str, selector: str, chosen: str, keys_by_mode: dict[str, tuple[str, ...]],
+                       given) -> None:
+    """Refuse a parameter that only another value of ``selector`` takes (the mistake, whatever its value).
+
+    ``keys_by_mode`` maps each value of ``selector`` to the parameters only it takes; an unknown
+    ``chosen`` is left for the parameter check to refuse.
+    """
+    if chosen not in keys_by_mode:
+        return
+    for other, keys in keys_by_mode.items():
+        stray = [k for k in keys if k in given and other != chosen]
+        if stray:
+            raise SimschedError(f"{owner}: parameter {stray[0]} does not apply: it is for {selector}={other}, "
+                                f"not {selector}={chosen}")
+
+
 def format_spec(name: str, params: dict[str, Any]) -> str:
     """The canonical spec string for a component with these parameters."""
     if not params:

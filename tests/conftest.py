@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+
 import pytest
 
+import simsched.cli
 from simsched import Machine
 
 
@@ -27,3 +31,28 @@ def toy_machine(cores: int = 2, sockets: int = 1, same_socket: float = 100.0, so
 @pytest.fixture
 def toy():
     return toy_machine
+
+
+@pytest.fixture
+def main(capsys, monkeypatch):
+    """The command line in this process (no interpreter to start): its status, stdout and stderr."""
+    def call(*args, cwd=None) -> subprocess.CompletedProcess:
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        capsys.readouterr()
+        status = simsched.cli.main(list(map(str, args)))
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(args, status, out, err)
+    return call
+
+
+@pytest.fixture
+def run_json(main):
+    """``simsched run --json`` in this process, with any further arguments: its JSON."""
+    def call(workload: str, scheduler: str = "omp-static", threads: int = 4, machine: str = "haswell-e5-2695v3",
+             cwd=None, *extra) -> dict:
+        proc = main("run", "--machine", machine, "--scheduler", scheduler, "--threads", threads,
+                    "--workload", workload, "--json", *extra, cwd=cwd)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+    return call

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import numpy as np
 import pytest
+from cli_runs import cli, refused
 
-import simsched.cli
 from simsched.locality import DataState, Footprint, Gather
 from simsched.loop import Loop
 from simsched.machine import load_machine
@@ -21,47 +17,6 @@ THREE = ("%%MatrixMarket matrix coordinate real general\n3 3 5\n"
          "1 1 4.0\n1 3 -1\n3 1 2.5\n3 2 0\n3 3 1\n")
 # 0-1, 0-2, 1-3, 3-4: from 0 the levels are [0], [1, 2], [3], [4] with out-degrees [2], [2, 1], [2], [1].
 FIVE = "0 1\n0 2\n1 3\n3 4\n"
-
-
-def cli(*args, cwd=None) -> subprocess.CompletedProcess:
-    """The command line in a process of its own."""
-    return subprocess.run([sys.executable, "-m", "simsched.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, timeout=300)
-
-
-@pytest.fixture
-def main(capsys, monkeypatch):
-    """The command line in this process (no interpreter to start): its status, stdout and stderr."""
-    def call(*args, cwd=None) -> subprocess.CompletedProcess:
-        if cwd is not None:
-            monkeypatch.chdir(cwd)
-        capsys.readouterr()
-        status = simsched.cli.main(list(map(str, args)))
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(args, status, out, err)
-    return call
-
-
-@pytest.fixture
-def run_json(main):
-    def call(workload: str, scheduler: str = "omp-static", threads: int = 4, machine: str = HASWELL,
-             cwd=None) -> dict:
-        proc = main("run", "--machine", machine, "--scheduler", scheduler, "--threads", threads,
-                    "--workload", workload, "--json", cwd=cwd)
-        assert proc.returncode == 0, proc.stderr
-        return json.loads(proc.stdout)
-    return call
-
-
-def refused(proc: subprocess.CompletedProcess, *needles: str) -> str:
-    """Assert one error line on stderr naming every needle, status 2 and nothing on stdout; return the line."""
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("simsched: error: "), proc.stderr
-    assert proc.stdout.strip() == ""
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def loops(spec: str, seed: int = 0) -> list[Loop]:

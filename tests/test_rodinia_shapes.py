@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import numpy as np
 import pandas as pd
 import pytest
+from cli_runs import cli, refused
 
-import simsched.cli
 from simsched.workloads import get_workload
 from simsched.workloads.graphs import bfs_levels, build_graph
 from simsched.workloads.lavamd import neighbourhood_sums
@@ -25,47 +21,6 @@ FIVE_LOOPS = [[121, 1, 1, 1, 1], [1, 6, 6, 1, 1],
               [1, 121, 111, 1, 1], [1, 1, 1, 6, 1],
               [1, 1, 1, 121, 1], [1, 1, 1, 1, 6],
               [1, 1, 1, 1, 111], [1, 1, 1, 1, 1]]
-
-
-def cli(*args, cwd=None) -> subprocess.CompletedProcess:
-    """The command line in a process of its own."""
-    return subprocess.run([sys.executable, "-m", "simsched.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, timeout=300, check=False)
-
-
-@pytest.fixture
-def main(capsys, monkeypatch):
-    """The command line in this process: its status, stdout and stderr."""
-    def call(*args, cwd=None) -> subprocess.CompletedProcess:
-        if cwd is not None:
-            monkeypatch.chdir(cwd)
-        capsys.readouterr()
-        status = simsched.cli.main(list(map(str, args)))
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(args, status, out, err)
-    return call
-
-
-@pytest.fixture
-def run_json(main):
-    def call(workload: str, scheduler: str = "omp-static", threads: int = 4, machine: str = HASWELL,
-             cwd=None, *extra) -> dict:
-        proc = main("run", "--machine", machine, "--scheduler", scheduler, "--threads", threads,
-                    "--workload", workload, "--json", *extra, cwd=cwd)
-        assert proc.returncode == 0, proc.stderr
-        return json.loads(proc.stdout)
-    return call
-
-
-def refused(proc: subprocess.CompletedProcess, *needles: str) -> str:
-    """Assert one error line on stderr naming every needle, status 2 and nothing on stdout; return the line."""
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("simsched: error: "), proc.stderr
-    assert proc.stdout.strip() == ""
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def loops(spec: str, seed: int = 0):

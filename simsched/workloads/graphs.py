@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # SciPy loads where a graph or matrix is built, not with the 
 
 from ..errors import SimschedError
 from ..locality import Footprint, Gather
-from ..spec import Param, resolve_params
+from ..spec import Param, refuse_other_modes, resolve_params
 from . import _cost
 from .program import ProgramWorkload, data_name, data_params
 
@@ -337,13 +337,8 @@ class BFS(GraphWorkload):
               **data_params("master", ("master", "interleave"))}
 
     def __init__(self, **params):
-        structure = params.get("structure", self.PARAMS["structure"].default)
-        # Which keys apply is checked first: a key of the other structure is the mistake, whatever its value.
-        for other, keys in STRUCTURE_KEYS.items():
-            stray = [k for k in keys if k in params and other != structure and structure in STRUCTURES]
-            if stray:
-                raise SimschedError(f"workload bfs: parameter {stray[0]} does not apply: it is for "
-                                    f"structure={other}, not structure={structure}")
+        refuse_other_modes("workload bfs", "structure", params.get("structure", self.PARAMS["structure"].default),
+                           STRUCTURE_KEYS, params)
         super().__init__(**params)
 
     def loop_sizes(self):

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import SimschedError
 from ..locality import Footprint, Gather
-from ..spec import Param
+from ..spec import Param, refuse_other_modes
 from . import _cost
 from .program import ProgramWorkload, data_name, data_params
 
@@ -132,12 +132,7 @@ class KMeans(ProgramWorkload):
 
     def __init__(self, **params):
         variant = params.get("variant", self.PARAMS["variant"].default)
-        # Which keys apply is checked first: a key of the other variant is the mistake, whatever its value.
-        for other, keys in VARIANT_KEYS.items():
-            stray = [k for k in keys if k in params and other != variant and variant in VARIANTS]
-            if stray:
-                raise SimschedError(f"workload kmeans: parameter {stray[0]} does not apply: it is for "
-                                    f"variant={other}, not variant={variant}")
+        refuse_other_modes("workload kmeans", "variant", variant, VARIANT_KEYS, params)
         if variant == "rodinia":
             self.PARAMS = {**self.PARAMS, **RODINIA_DEFAULTS}
         super().__init__(**params)

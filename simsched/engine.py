@@ -433,18 +433,6 @@ def simulate(machine, scheduler, workload, threads: int, seed: int = 0, repeat: 
                             keep_chunks=keep_chunks, timeline=timeline, **params)
 
 
-def _touches_data(workload) -> bool:
-    """Whether a workload's loops touch data, whose model keeps state per iteration (before drawing them).
-
-    A workload with ``bytes=`` touches data when it gives some; an application, when ``data`` is on
-    (for the others ``data`` names the data set and says nothing of whether it is touched).
-    """
-    params = workload.params
-    if "bytes" in params:
-        return bool(params["bytes"])
-    return params.get("data") in (1, True)
-
-
 def simulate_program(machine, scheduler, workloads, threads: int, seed: int = 0, repeat: int = 1,
                      keep_chunks: bool = True, timeline: bool = False, **params) -> Result:
     """Simulate a sequence of parallel loops run back to back by the same workers (``repeat`` times over)."""
@@ -464,7 +452,7 @@ def simulate_program(machine, scheduler, workloads, threads: int, seed: int = 0,
     # Before anything is drawn: a run that surely cannot fit is refused at once, not after minutes of drawing.
     sizes = [size for w in specs for size in (w.loop_sizes() or [])]
     check_memory(sched, sizes, threads, keep_chunks, timeline, repeat=int(repeat),
-                 data=any(_touches_data(w) for w in specs))
+                 data=any(w.touches_data() for w in specs))
     sim = Simulation(machine, threads, seed=seed, keep_chunks=keep_chunks, timeline=timeline)
     # The run's one generator draws the costs, so the same seed gives the same loops.
     sim.load([loop for w in specs for loop in draw_loops(w, sim.rng)] * int(repeat))

@@ -246,3 +246,12 @@ def test_a_bad_data_value_is_refused_by_the_command_line_process(tmp_path):
                           text=True, cwd=tmp_path, timeout=120)
     refused(proc.returncode, proc.stdout, proc.stderr, "data")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_which_workloads_touch_data_is_known_before_any_loop_is_drawn():
+    from simsched.workloads import get_workload
+
+    touching = {"app:name=bfs": True, "app:name=bfs,data=0": False, "app:name=cloverleaf": False,
+                "uforall:n=10": False, "uforall:n=10,bytes=64": True, "spmv": True, "spmv:data=0": False,
+                "lavamd": False, "lavamd:data=1": True, "bfs:n=100": True, "kmeans:data=0": False}
+    assert {spec: get_workload(spec).touches_data() for spec in touching} == touching

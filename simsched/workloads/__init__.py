@@ -103,6 +103,13 @@ class Workload:
         """The bytes each of the ``n`` iterations touches: ``bytes`` each, unless the workload says otherwise."""
         return np.full(n, self.params["bytes"], dtype=np.int64)
 
+    def touches_data(self) -> bool:
+        """Whether its loops touch data, known before any is drawn: with ``bytes=``, when it gives some; an
+        application's (``data=0|1``, derived from its input), when ``data`` is on."""
+        if self.TOUCHES_DATA:
+            return bool(self.params.get("bytes"))
+        return bool(self.params.get("data", 0))
+
     def footprint(self, n: int) -> Footprint | None:
         """The data the loop's ``n`` iterations touch, or None when the workload gives no bytes."""
         if not self.TOUCHES_DATA or not self.params.get("bytes"):

@@ -296,6 +296,10 @@ class App(Workload):
                              "work)"),
     }
 
+    def touches_data(self) -> bool:
+        # The codes' loops carry no footprint whatever ``data`` says; the Ligra kernels' do when it is on.
+        return PUBLISHED[self.params["name"]].kind == "graph" and bool(self.params["data"])
+
     def check(self):
         name = self.params["name"]
         if "outside" in self.given and PUBLISHED[name].kind != "code":

@@ -125,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     advise = sub.add_parser("advise", help="the best scheduler for each loop of a program, each loop simulated "
                                            "alone, and the program's time with per-loop selection")
-    advise.add_argument("program", help="workload spec, or several separated by ';': their loops are the program")
+    advise.add_argument("program", help="workload spec, or several separated by ';': their loops are the program; "
+                                        "or a trace file (.parquet, .csv, .npz), e.g. one simsched record wrote")
     advise.add_argument("--machine", required=True, help="built-in machine name or machine TOML file")
     advise.add_argument("--threads", required=True, type=_integer, help="number of workers")
     advise.add_argument("--schedulers", metavar="LIST",
@@ -139,6 +140,36 @@ def build_parser() -> argparse.ArgumentParser:
                         help="simulate with N seeds from --seed on and report mean times, their spread and the "
                              "runner-ups (default 5)")
     advise.add_argument("--json", action="store_true", help="print one JSON object")
+
+    record = sub.add_parser("record", help="record a real OpenMP program's loops through the OMPT tool into a "
+                                           "program trace, or check a trace against the program's runs",
+                            usage="simsched record [options] -- PROGRAM [ARGS ...]")
+    record.add_argument("--out", metavar="FILE", help="the trace: .parquet, .csv or .npz (its chunk table goes "
+                                                      "beside it, NAME.chunks.csv); required unless --validate")
+    record.add_argument("--threads", type=_integer, default=2, help="OpenMP threads, bound (default 2)")
+    record.add_argument("--repeat", type=_integer, default=3,
+                        help="recording runs; each iteration's cost is its median over them (default 3)")
+    record.add_argument("--block", type=_integer, metavar="K",
+                        help="record under OMP_SCHEDULE=static,K (default: K chosen from the runtime's "
+                             "chunk cost after a first run)")
+    record.add_argument("--runtime", metavar="PATH", help="the OMPT runtime (libiomp5.so or libomp.so.5; "
+                                                          "default: $SIMSCHED_OMP_RUNTIME, else the first found)")
+    record.add_argument("--timeout", type=float, default=600.0, help="stop a run of the program after this many s")
+    record.add_argument("--validate", action="store_true",
+                        help="run the program under each of --schedules, and print each loop's measured time "
+                             "next to the trace's simulated time (the trace: --trace, else recorded first)")
+    record.add_argument("--trace", metavar="FILE", help="--validate: an existing recording of the program")
+    record.add_argument("--schedules", metavar="LIST", help="--validate: OMP_SCHEDULE values separated by "
+                                                            "spaces or ';' (default 'static dynamic,1 "
+                                                            "dynamic,64 guided')")
+    record.add_argument("--rounds", type=_integer, default=5,
+                        help="--validate: runs per schedule; measured times are medians (default 5)")
+    record.add_argument("--machine", default=HOST_MACHINE_FILE,
+                        help=f"--validate: the machine to simulate on (default {HOST_MACHINE_FILE}, from "
+                             "simsched native calibrate)")
+    record.add_argument("--json", action="store_true", help="--validate: print one JSON object")
+    record.add_argument("program_args", nargs=argparse.REMAINDER, metavar="-- PROGRAM ARGS",
+                        help="the program and its arguments, after --")
 
     native = sub.add_parser("native", help="run schedulers on this machine's threads, or measure this machine")
     native_sub = native.add_subparsers(dest="native_command", metavar="NATIVE_COMMAND", parser_class=_Parser)
@@ -220,6 +251,10 @@ def build_parser() -> argparse.ArgumentParser:
     native_cal.add_argument("--out", default=HOST_MACHINE_FILE, help=f"machine file (default {HOST_MACHINE_FILE})")
     native_cal.add_argument("--threads", type=_integer, help="CPUs to measure (default: all available)")
     native_cal.add_argument("--rounds", type=_integer, default=20000, help="ping-pong round trips per core pair")
+    native_cal.add_argument("--openmp", nargs="?", const="", metavar="RUNTIME",
+                            help="take loop_setup and chunk from an OpenMP runtime's own costs: RUNTIME is its "
+                                 "library (libiomp5.so, libomp.so.5) or gnu for the compiler's libgomp "
+                                 "(default: the runtime simsched record uses, else libgomp)")
     native_cal.add_argument("--force", action="store_true",
                             help="measure and write even when the host is too busy or the figures are "
                                  "doubtful (the file then says so)")
@@ -584,7 +619,7 @@ def _native(args) -> int:
         command = "simsched native calibrate " + " ".join(sys.argv[3:]) if len(sys.argv) > 3 else \
             "simsched native calibrate"
         out = calibrate(args.out, args.threads, args.rounds, command=command.strip(), progress=_progress_line,
-                        force=args.force)
+                        force=args.force, openmp=args.openmp)
         print(out.resolve())
         return 0
     if args.native_command == "replay":
@@ -755,11 +790,67 @@ def _native_replay(args) -> int:
     return 0
 
 
+def cmd_record(args) -> int:
+    import tempfile
+
+    from .host import HOST_MACHINE_FILE
+    from .native.record import check_out
+    from .native.user_program import (DEFAULT_SCHEDULES, check_validation, format_validation, record_program,
+                                      split_schedules, validate_program, write_recording)
+
+    command = args.program_args[1:] if args.program_args[:1] == ["--"] else args.program_args
+    progress = _progress_line if sys.stderr.isatty() else None  # runs take seconds each: say which one is on
+    if not args.validate and (args.trace or args.schedules or args.json):
+        raise SimschedError("--trace, --schedules and --json go with --validate")
+    if not args.validate and not args.out:
+        raise SimschedError("record needs --out FILE (the trace to write), or --validate")
+    if args.trace and args.out:
+        raise SimschedError("--out and --trace: with --trace nothing is recorded, so there is nothing to write")
+    out = check_out(args.out) if args.out else None
+    schedules = split_schedules(args.schedules) if args.schedules is not None else list(DEFAULT_SCHEDULES)
+    if args.validate and args.machine == HOST_MACHINE_FILE and not Path(args.machine).exists():
+        raise SimschedError(f"--validate simulates on {HOST_MACHINE_FILE}, which is not here: measure this "
+                            "machine first (simsched native calibrate), or name one with --machine")
+    if args.validate:
+        from .machine import load_machine
+
+        load_machine(args.machine)  # a bad machine is refused before the program runs
+        check_validation(Path(args.trace) if args.trace else None, args.rounds)
+    with tempfile.TemporaryDirectory(prefix="simsched-trace-") as folder:
+        trace = Path(args.trace) if args.trace else None
+        if trace is None:
+            recording = record_program(command, args.threads, args.repeat, args.block, args.runtime,
+                                       args.timeout, progress=progress)
+            trace = out or Path(folder) / "recording.parquet"
+            write_recording(trace, recording)
+            meta = recording.meta
+            print(f"recorded {len(recording.loops)} loop instance(s) of {meta['command_line']} on {meta['threads']} "
+                  f"threads under OMP_SCHEDULE={meta['schedule']} ({meta['runtime']}); a chunk costs "
+                  f"{meta['empty_chunk_ns']:.0f} ns empty, {meta['tool_ns_per_chunk']:.0f} ns of it the tool's"
+                  + (f"; wrote {trace}" if out else ""), file=sys.stderr if args.json else sys.stdout)
+        if not args.validate:
+            return 0
+        report = validate_program(command, trace, args.machine, schedules, args.rounds, args.threads,
+                                  args.runtime, args.timeout, progress=progress)
+    print(json.dumps(report) if args.json else format_validation(report))
+    return 0
+
+
 def cmd_advise(args) -> int:
-    from .analysis.advice import advise, format_advice, split_schedulers
+    from .analysis.advice import (RECORDED_BASELINE, RECORDED_SCHEDULERS, advise, format_advice, split_schedulers,
+                                  trace_program)
 
     schedulers = split_schedulers(args.schedulers) if args.schedulers is not None else None
-    advice = advise(args.machine, args.program, args.threads, schedulers, args.baseline, args.seed, args.seeds)
+    program, baseline = args.program, args.baseline
+    trace = trace_program(program)
+    if trace is not None:  # a trace file: its loops are the program
+        from .workloads.trace import trace_metadata
+
+        program = f"trace:path={trace}"
+        if "runtime" in trace_metadata(trace):  # recorded on LLVM's or Intel's runtime by simsched record
+            schedulers = schedulers if schedulers is not None else list(RECORDED_SCHEDULERS)
+            baseline = RECORDED_BASELINE if baseline == "omp-static" else baseline
+    advice = advise(args.machine, program, args.threads, schedulers, baseline, args.seed, args.seeds)
     print(json.dumps(advice.to_dict()) if args.json else format_advice(advice))
     return 0
 
@@ -902,7 +993,7 @@ def cmd_sensitivity(args) -> int:
 
 COMMANDS = {"run": cmd_run, "machines": cmd_machines, "sweep": cmd_sweep, "fit": cmd_fit, "rank": cmd_rank,
             "breakdown": cmd_breakdown, "plot": cmd_plot, "advise": cmd_advise, "native": cmd_native,
-            "report": cmd_report, "sensitivity": cmd_sensitivity}
+            "report": cmd_report, "sensitivity": cmd_sensitivity, "record": cmd_record}
 
 
 if __name__ == "__main__":

@@ -79,6 +79,21 @@ SCHEMA: dict[str, dict[str, tuple]] = {
     "os": {
         "wakeup_ns": _key(float, False),
     },
+    # The OpenMP runtime whose loop_setup and chunk [costs_ns] holds (native calibrate --openmp), as measured.
+    "openmp": {
+        "runtime": _key(str, check=None),
+        "path": _key(str, False, None),
+        "version": _key(str, False, None),
+        "profile": _key(str, False, None),
+        "threads": _key(int, check=_COUNT),
+        "chunk_ns": _key(float),
+        "loop_setup_ns": _key(float),
+        "contended_chunk_ns": _key(float, False),
+        "loop_iterations": _key(int, False, _COUNT),
+        "static_loop_ns": _key(float, False),
+        "dynamic64_loop_ns": _key(float, False),
+        "guided_loop_ns": _key(float, False),
+    },
     "memory_ns": {
         "l1": _key(float, False),
         "l2": _key(float, False),
@@ -93,6 +108,9 @@ SCHEMA: dict[str, dict[str, tuple]] = {
 }
 _TOP_LEVEL = {"name": str, "description": str}
 ATOMICS = ("locked", "reservation")
+# [openmp] runtime: the OpenMP runtimes native calibrate --openmp measures (by the start of their library's
+# file name), and the omp schedulers' runtime= profile that models each.
+OPENMP_RUNTIMES = {"libiomp5": "llvm", "libomp": "llvm", "libgomp": "gnu"}
 HOLDS = ("request", "none")
 # The memory hierarchy ([cache.l1], [cache.l2], ..., [dram]): nested tables, checked in hierarchy.py.
 _HIERARCHY_SECTIONS = ("cache", "dram")
@@ -313,6 +331,11 @@ class Machine:
                      f"per spinner{mark('coherence.serve_ns')}, {self.atomics} atomics{mark('coherence.atomics')}")
         lines.append("  software costs (ns): " + ", ".join(
             f"{k} {v:g}" for k, v in self.data["costs_ns"].items()))
+        omp = self.data.get("openmp")
+        if omp is not None:
+            lines.append(f"  OpenMP runtime of loop_setup and chunk: {omp['runtime']} on {omp['threads']} "
+                         f"thread(s), chunk {omp['chunk_ns']:g} ns, fork/join {omp['loop_setup_ns']:g} ns as "
+                         "measured")
         if self.wakeup_ns or "os.wakeup_ns" in defaulted:
             lines.append(f"  wake-up latency: {self.wakeup_ns:g} ns{mark('os.wakeup_ns')}")
         if self.memory_ns:
@@ -387,6 +410,8 @@ def _validate(data: dict[str, Any], source: str) -> None:
     hold = data.get("coherence", {}).get("hold", HOLDS[0])
     if hold not in HOLDS:
         raise SimschedError(f"{source}: coherence.hold must be {' or '.join(HOLDS)}, got {hold!r}")
+    if "openmp" in data:
+        _validate_openmp(data["openmp"], source)
     lat = data["latency_ns"]
     if _NOISE_SECTION in data:
         check_noise(data[_NOISE_SECTION], topo["sockets"] * topo["cores_per_socket"], source)
@@ -402,6 +427,19 @@ def _validate(data: dict[str, Any], source: str) -> None:
     clock = data["clock"]
     if "turbo_all_ghz" in clock and clock["turbo_all_ghz"] > clock.get("turbo_max_ghz", math.inf):
         raise SimschedError(f"{source}: clock.turbo_all_ghz must not exceed clock.turbo_max_ghz")
+
+
+def _validate_openmp(table: dict[str, Any], source: str) -> None:
+    runtime = table["runtime"]
+    if runtime not in OPENMP_RUNTIMES:
+        raise SimschedError(f"{source}: openmp.runtime must be {', '.join(OPENMP_RUNTIMES)}, got {runtime!r}")
+    profiles = sorted(set(OPENMP_RUNTIMES.values()))
+    if "profile" in table and table["profile"] not in profiles:
+        raise SimschedError(f"{source}: openmp.profile must be {' or '.join(profiles)}, "
+                            f"got {table['profile']!r}")
+    loops = [key for key in ("static_loop_ns", "dynamic64_loop_ns", "guided_loop_ns") if key in table]
+    if loops and "loop_iterations" not in table:
+        raise SimschedError(f"{source}: openmp.{loops[0]} needs openmp.loop_iterations (its iterations)")
 
 
 def _group_names(data: dict[str, Any]) -> list[str]:

@@ -28,6 +28,38 @@ DEFAULT_SEEDS = 5
 MAX_SEEDS = 1000
 
 
+# The candidates for a program recorded on LLVM's or Intel's runtime (``simsched record``): the OpenMP schedules
+# that runtime has, then schedulers no OpenMP clause names, to show what a loop could gain beyond them.
+RECORDED_BASELINE = "omp-static:runtime=llvm"
+RECORDED_SCHEDULERS = ("omp-static:runtime=llvm", "omp-dynamic:chunk=1,runtime=llvm",
+                       "omp-dynamic:chunk=16,runtime=llvm", "omp-dynamic:chunk=64,runtime=llvm",
+                       "omp-guided:chunk=1,runtime=llvm", "stealing", "ich", "binlpt")
+TRACE_SUFFIXES = (".parquet", ".csv", ".npz")
+OPENMP_KINDS = {"omp-static": "static", "omp-dynamic": "dynamic", "omp-guided": "guided"}
+
+
+def trace_program(program: str) -> str | None:
+    """The trace file ``program`` names when it is a path to one (``simsched advise TRACE``), else None."""
+    from pathlib import Path
+
+    path = Path(program.strip())
+    if path.suffix.lower() in TRACE_SUFFIXES and ";" not in program and (path.is_file() or ":" not in program):
+        return str(path)  # a missing file is then refused as a trace, by name
+    return None
+
+
+def openmp_schedule(spec: str) -> tuple[str, str] | None:
+    """The OMP_SCHEDULE value and the ``schedule(...)`` clause of a scheduler spec, or None where OpenMP has none."""
+    scheduler = get_scheduler(spec)
+    kind = OPENMP_KINDS.get(scheduler.name)
+    if kind is None:
+        return None
+    chunk = scheduler.params.get("chunk") or 0
+    if not chunk or (kind != "static" and chunk == 1):  # OpenMP's own default chunk: no chunk to write
+        return kind, f"schedule({kind})"
+    return f"{kind},{chunk}", f"schedule({kind}, {chunk})"
+
+
 def split_schedulers(text: str) -> list[str]:
     """Scheduler specs from a comma-separated list; an item ``key=value`` continues the spec before it."""
     specs: list[str] = []
@@ -144,6 +176,37 @@ class Advice:
         """The loops whose best is not the fastest with every seed: there the gaps are within the spread."""
         return [loop.index for loop in self.loops if loop.wins()[loop.best] < len(self.seeds)]
 
+    def sites(self) -> list[dict]:
+        """Per loop site (a recorded loop ``file:line#k`` belongs to ``file:line``; other loops are their own
+        site), the OpenMP schedule that runs its instances fastest in all, its clause, and the best of all."""
+        grouped: dict[str, list[LoopAdvice]] = {}
+        for loop in self.loops:
+            site = loop.name.rpartition("#")[0] if "#" in loop.name else (loop.name or f"loop {loop.index}")
+            grouped.setdefault(site, []).append(loop)
+        rows = []
+        for site, loops in grouped.items():
+            totals = {spec: sum(loop.times_ns[spec] for loop in loops) for spec in self.schedulers
+                      if all(loop.times_ns[spec] is not None for loop in loops)}
+            openmp = [spec for spec in totals if openmp_schedule(spec) is not None]
+            best = min(totals, key=totals.get)
+            row = {"site": site, "instances": len(loops), "best": best, "best_ns": totals[best],
+                   "omp_schedule": None, "clause": None, "openmp_scheduler": None, "openmp_ns": None}
+            if openmp:
+                chosen = min(openmp, key=totals.get)
+                value, clause = openmp_schedule(chosen)
+                row.update(omp_schedule=value, clause=clause, openmp_scheduler=chosen, openmp_ns=totals[chosen])
+            rows.append(row)
+        return rows
+
+    def program_openmp(self) -> dict | None:
+        """The one OMP_SCHEDULE for the whole program (every schedule(runtime) loop at once): the fastest."""
+        single = {spec: ns for spec, ns in self.single_ns().items() if openmp_schedule(spec) is not None}
+        if not single:
+            return None
+        chosen = min(single, key=single.get)
+        value, clause = openmp_schedule(chosen)
+        return {"omp_schedule": value, "clause": clause, "scheduler": chosen, "program_ns": single[chosen]}
+
     def to_dict(self) -> dict:
         single = self.single_ns()
         ranking = self.single_ranking()
@@ -164,7 +227,8 @@ class Advice:
                 "single_min_ns": {s: min(single_samples[s]) for s in ranking},
                 "single_max_ns": {s: max(single_samples[s]) for s in ranking},
                 "single_wins": {s: single_wins[s] for s in ranking},
-                "best_single_runner_ups": ranking[1:], "oracles": self.oracles}
+                "best_single_runner_ups": ranking[1:], "oracles": self.oracles,
+                "sites": self.sites(), "program_openmp": self.program_openmp()}
 
 
 def _loop_time(machine, threads: int, loop, spec: str, seed: int) -> tuple[float | None, str]:
@@ -277,6 +341,7 @@ def format_advice(advice: Advice) -> str:
     """
     width = max(len(s) for s in advice.schedulers)
     named = any(loop.name for loop in advice.loops)
+    name_width = max([10] + [len(loop.name) for loop in advice.loops])
     count = len(advice.seeds)
     summary = advice.to_dict()
     spreads = [_range_us(min(runs), max(runs)) for loop in advice.loops
@@ -300,11 +365,11 @@ def format_advice(advice: Advice) -> str:
         spread_head, wins_head = f"  {'spread_us':>{spread_width}}", f"  {'wins':>5}"
     lines = [f"{advice.program} on {advice.machine}, {advice.threads} threads, {seeds}: "
              f"{len(advice.loops)} loop(s); baseline {advice.baseline}",
-             f"  {'loop':>4}  " + (f"{'name':<10} " if named else "") + f"{'best':<{width}}  {'best_us':>12}  "
+             f"  {'loop':>4}  " + (f"{'name':<{name_width}} " if named else "") + f"{'best':<{width}}  {'best_us':>12}  "
              f"{'baseline_us':>12}  {'gain':>6}{spread_head}{wins_head}  {'runner-up':<{width}}  "
              f"{'runner_up_us':>12}{spread_head}"]
     for a in advice.loops:
-        row = (f"  {a.index:>4}  " + (f"{a.name:<10} " if named else "") + f"{a.best:<{width}}  "
+        row = (f"  {a.index:>4}  " + (f"{a.name:<{name_width}} " if named else "") + f"{a.best:<{width}}  "
                f"{a.best_ns / 1e3:>12.3f}  {a.baseline_ns / 1e3:>12.3f}  {a.gain:>5.2f}x"
                f"{spread(a.samples[a.best], a.wins()[a.best])}")
         if a.runner_ups:
@@ -329,4 +394,30 @@ def format_advice(advice: Advice) -> str:
                      "seed: the seeds move the whole-program times more than their gaps")
     for spec, given in advice.oracles.items():
         lines.append(f"note: {spec} is an oracle here: it is given {given}")
+    lines.extend(_clause_lines(advice))
     return "\n".join(lines)
+
+
+def _clause_lines(advice: Advice) -> list[str]:
+    """What to write in the program: each loop site's fastest OpenMP schedule clause, and one OMP_SCHEDULE."""
+    sites = advice.sites()
+    if not any(site["clause"] for site in sites):
+        return []
+    width = max(len(site["site"]) for site in sites)
+    lines = ["OpenMP schedule per loop site (the fastest OpenMP schedule over the site's instances):",
+             f"  {'site':<{width}}  {'instances':>9}  {'clause':<22}  {'us':>12}  best of all candidates"]
+    for site in sites:
+        if site["clause"] is None:
+            lines.append(f"  {site['site']:<{width}}  {site['instances']:>9}  {'(none)':<22}  {'':>12}  "
+                         f"{site['best']}")
+            continue
+        beyond = ("the same" if site["best"] == site["openmp_scheduler"] else
+                  f"{site['best']} {site['openmp_ns'] / site['best_ns']:.2f}x faster" if site["best_ns"] > 0
+                  else site["best"])
+        lines.append(f"  {site['site']:<{width}}  {site['instances']:>9}  {site['clause']:<22}  "
+                     f"{site['openmp_ns'] / 1e3:>12.3f}  {beyond}")
+    whole = advice.program_openmp()
+    if whole is not None:
+        lines.append(f"one schedule for every schedule(runtime) loop: OMP_SCHEDULE={whole['omp_schedule']} "
+                     f"({whole['program_ns'] / 1e3:.3f} us)")
+    return lines

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime
 import platform
+import tempfile
+import tomllib
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,10 +14,11 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SimschedError
-from ..machine import load_machine
+from ..machine import Machine, load_machine
 from ..output import check_output, write_whole
 from . import check_threads, hostload, require, run
 from .memprobe import hierarchy_text
+from .omp_calibrate import Probe, costs_text, fit_costs, section_text
 
 
 def _clock_ghz() -> tuple[float, str]:
@@ -139,13 +142,14 @@ def _check_rounds(rounds) -> None:
         raise SimschedError(f"rounds must be an integer in [1, 10000000], got {rounds!r}")
 
 
-def measure(threads: int | None = None, rounds: int = 20000, progress=print) -> dict:
+def measure(threads: int | None = None, rounds: int = 20000, progress=print, openmp=None) -> dict:
     """Run every probe on the first ``threads`` CPUs (default: all): a dict of the measured values.
 
     Each figure is a low percentile of many short samples (see :class:`Figure`): other work on
     a shared host only ever makes a sample slower, so the fastest samples are the hardware's.
     ``m["doubts"]`` lists what makes the figures doubtful: other work on the CPUs while they
-    were measured (``m["load"]``), or tries of one probe that disagree.
+    were measured (``m["load"]``), or tries of one probe that disagree. With ``openmp`` (an
+    :class:`.omp_calibrate.Probe`), ``m["openmp"]`` holds that OpenMP runtime's figures.
     """
     from . import _native, cores
 
@@ -155,6 +159,8 @@ def measure(threads: int | None = None, rounds: int = 20000, progress=print) -> 
     p = len(cpus)
     meter = hostload.Meter(cpus)
     doubts = []
+    # The OpenMP runtime first: a probe that fails, fails before the long probes rather than after them.
+    omp = openmp.measure(progress) if openmp is not None else None
     batch = max(1, min(PINGPONG_BATCH, rounds // 10))
     rounds = rounds // batch * batch
     progress(f"ping-pong over {p * (p - 1) // 2} core pair(s) by store and by CAS, {PINGPONG_TRIES} tries of "
@@ -241,6 +247,7 @@ def measure(threads: int | None = None, rounds: int = 20000, progress=print) -> 
             "fetch_add": [f.value for f in fetch_add], "wakeup": wakeup.value, "clock_read": clock_read.value,
             "per_chunk": per_chunk.value, "per_loop": per_loop.value, "ghz": ghz,
             "clock_source": clock_source, "memory": memory, "noise": noise, "load": load, "doubts": doubts,
+            "openmp": omp,
             "figures": {"pairs": pairs, "fetch_add": fetch_add, "wakeup": wakeup, "clock_read": clock_read,
                         "per_chunk": per_chunk, "per_loop": per_loop}}
 
@@ -307,10 +314,23 @@ def machine_text(m: dict, command: str) -> str:
     rows = ",\n".join("    [" + ", ".join(f"{x:.1f}" for x in row) + "]" for row in m["matrix"])
     curve = ", ".join(f"{x:.1f}" for x in m["fetch_add"])
     low = f"{LOW_PERCENTILE}th percentile"
+    omp = m.get("openmp")
+    if omp is None:
+        loop_chunk = f'''\
+# loop_setup: the {low} of {LOOP_PROBE_LOOPS} native omp-static loops of one {probe} ns iteration on
+# one thread, less the iteration and a chunk; chunk: the {low} of {CHUNK_PROBE_LOOPS} native omp-dynamic
+# chunk=1 loops of {CHUNK_PROBE_N:,} one-iteration chunks of {probe} ns on one thread, per chunk, less the
+# iteration and an atomic (a chunk of busy-waited iterations ends a clock read or so past its deadline)
+loop_setup = {loop_setup:.1f}
+chunk = {chunk:.1f}
+'''
+    else:
+        loop_chunk = costs_text(omp, loop_setup, chunk)
+    whose = f", loop and chunk costs of {omp['runtime']}" if omp is not None else ""
     return f'''# Measured by `{command}` on {host}, {when}, on CPUs {m["cpus"]}.
 # Every value below was measured by that command unless its comment says otherwise.
 {trust_text(m)}name = "host"
-description = "{host}: {p} CPU(s) measured by simsched native calibrate on {when[:10]}"
+description = "{host}: {p} CPU(s) measured by simsched native calibrate on {when[:10]}{whose}"
 
 [topology]
 sockets = 1                # the measured matrix carries the topology; one socket of {p} cores is only its shape
@@ -339,13 +359,7 @@ serve_ns = {serve:.2f}          # (fetch-and-add with all {p} threads contending
 # atomic: uncontended fetch-and-add on one thread, the {low} of {ATOMIC_TRIES} tries of {ATOMIC_OPS:,}
 atomic = {atomic:.2f}
 store = 1.0                # assumed, not measured: a store retires into the store buffer in about a cycle
-# loop_setup: the {low} of {LOOP_PROBE_LOOPS} native omp-static loops of one {probe} ns iteration on
-# one thread, less the iteration and a chunk; chunk: the {low} of {CHUNK_PROBE_LOOPS} native omp-dynamic
-# chunk=1 loops of {CHUNK_PROBE_N:,} one-iteration chunks of {probe} ns on one thread, per chunk, less the
-# iteration and an atomic (a chunk of busy-waited iterations ends a clock read or so past its deadline)
-loop_setup = {loop_setup:.1f}
-chunk = {chunk:.1f}
-combine = 1.0              # assumed, not measured: combining two partial results is an add or two
+{loop_chunk}combine = 1.0              # assumed, not measured: combining two partial results is an add or two
 # timer: one CLOCK_MONOTONIC read (the clock the native runtime times chunks with), the {low} of
 # {CLOCK_TRIES} tries of {CLOCK_READS:,} reads in a row
 timer = {m["clock_read"]:.1f}
@@ -356,7 +370,23 @@ timer = {m["clock_read"]:.1f}
 # wakeup_ns: condition-variable signal until the blocked thread runs, the median of {WAKEUP_ROUNDS} (a
 # wake-up's own latency varies widely even on an idle host: a low percentile would understate it)
 wakeup_ns = {m["wakeup"]:.0f}
-''' + noise_text(m["noise"]) + hierarchy_text(m["memory"])
+''' + openmp_text(omp) + noise_text(m["noise"]) + hierarchy_text(m["memory"])
+
+
+def fit_openmp(m: dict, command: str) -> None:
+    """Fit [costs_ns] to the OpenMP runtime measured in ``m["openmp"]``, if any (see ``fit_costs``)."""
+    if m.get("openmp") is None:
+        return
+
+    def model():
+        return Machine.from_dict(tomllib.loads(machine_text(m, command)), "the calibration")
+
+    fit_costs(m["openmp"], m["fetch_add"][0], model)
+
+
+def openmp_text(omp: dict | None) -> str:
+    """The [openmp] section of a calibration with ``--openmp``; nothing without."""
+    return section_text(omp) if omp is not None else ""
 
 
 # How a machine file's header marks a doubt about its figures (``native validate`` warns of them).
@@ -389,12 +419,14 @@ def noise_text(noise: dict) -> str:
 
 
 def calibrate(out: str | Path, threads: int | None = None, rounds: int = 20000, command: str = "",
-              progress=print, force: bool = False) -> Path:
+              progress=print, force: bool = False, openmp: str | None = None) -> Path:
     """Measure this machine and write its machine file to ``out`` (checked loadable before it is kept).
 
     A host too busy to measure is refused before anything is measured, and figures that turn
     out doubtful (other work while they were measured, tries that disagree) are not written:
     unless ``force``, which writes them with a warning and the doubts in the file's header.
+    With ``openmp`` (a runtime's library, ``gnu``, or "" for the default: see :mod:`.omp_calibrate`),
+    [costs_ns] loop_setup and chunk are that OpenMP runtime's, and [openmp] holds its figures.
     """
     from . import cores
 
@@ -402,21 +434,26 @@ def calibrate(out: str | Path, threads: int | None = None, rounds: int = 20000, 
     require()
     _check_rounds(rounds)
     cpus = check_threads(threads if threads is not None else len(cores()))
-    before = hostload.look(cpus)
-    doubts = []
-    if before is not None:
-        if before.busy():
-            if not force:
-                raise SimschedError(f"this host is too busy to calibrate: {before.busy()}; calibrate on an "
-                                    "idle host, or give --force to write the figures anyway, marked doubtful")
-            doubts.append(f"before measuring, {before.busy()}")
-        progress(f"before measuring: {before.describe()}")
-    else:
-        progress("the host's load is not readable here (/proc/stat): the figures are not checked against it")
-    try:
-        measured = measure(threads, rounds, progress)
-    except TimeoutError as exc:  # a probe's own time bound
-        raise SimschedError(f"calibration stopped: {exc}") from None
+    with tempfile.TemporaryDirectory(prefix="simsched-calibrate-") as folder:
+        # A runtime that is none, or no compiler to build its probe, is refused before anything is measured.
+        probe = Probe.build(openmp, Path(folder), cpus) if openmp is not None else None
+        before = hostload.look(cpus)
+        doubts = []
+        if before is not None:
+            if before.busy():
+                if not force:
+                    raise SimschedError(f"this host is too busy to calibrate: {before.busy()}; calibrate on "
+                                        "an idle host, or give --force to write the figures anyway, marked "
+                                        "doubtful")
+                doubts.append(f"before measuring, {before.busy()}")
+            progress(f"before measuring: {before.describe()}")
+        else:
+            progress("the host's load is not readable here (/proc/stat): the figures are not checked against "
+                     "it")
+        try:
+            measured = measure(threads, rounds, progress, probe)
+        except TimeoutError as exc:  # a probe's own time bound
+            raise SimschedError(f"calibration stopped: {exc}") from None
     measured["doubts"] = doubts + measured["doubts"]
     if measured["doubts"]:
         if not force:
@@ -425,7 +462,9 @@ def calibrate(out: str | Path, threads: int | None = None, rounds: int = 20000, 
                                 "them anyway")
         warnings.warn(f"writing doubtful figures (--force): {'; '.join(measured['doubts'])}", RuntimeWarning,
                       stacklevel=2)
-    text = machine_text(measured, command or "simsched native calibrate")
+    command = command or "simsched native calibrate"
+    fit_openmp(measured, command)
+    text = machine_text(measured, command)
 
     def write(partial):
         partial.write_text(text, encoding="utf-8")

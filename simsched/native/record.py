@@ -49,11 +49,11 @@ def empty_block_ns(timeout_s: float = DEFAULT_TIMEOUT_S) -> float:
     return float(np.median((chunks["end"] - chunks["start"]).to_numpy()))
 
 
-def choose_block(timer_ns: float, iteration_ns: float) -> int:
-    """The smallest k for which k iterations of ``iteration_ns`` last BLOCK_SPANS empty blocks (1 for long ones)."""
+def choose_block(timer_ns: float, iteration_ns: float, spans: int = BLOCK_SPANS) -> int:
+    """The smallest k for which k iterations of ``iteration_ns`` last ``spans`` empty blocks (1 for long ones)."""
     if iteration_ns <= 0:
         return 1 << 20
-    return max(1, math.ceil(BLOCK_SPANS * timer_ns / iteration_ns))
+    return max(1, math.ceil(spans * timer_ns / iteration_ns))
 
 
 def iteration_ns(kernel: Kernel, empty_ns: float, timeout_s: float = DEFAULT_TIMEOUT_S) -> float:

@@ -133,18 +133,24 @@ def _quiet(line: str) -> None:
 
 def check_machine_file(path: str | Path) -> Path:
     """``path``, a machine file that exists; a warning when ``native calibrate --force`` wrote it from doubtful
-    figures (its header says so), since every comparison with it inherits their errors."""
+    figures (its header says so), since every comparison with it inherits their errors, and when its loop
+    and chunk costs are an OpenMP runtime's (``native calibrate --openmp``) rather than the native runtime's."""
     path = Path(path)
     if not path.is_file():
         raise SimschedError(f"no machine file {path}: measure this machine first with simsched native calibrate")
     try:
-        doubtful = any(line.startswith(DOUBTFUL) for line in path.read_text(encoding="utf-8").splitlines())
+        lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
-        doubtful = False  # load_machine says what is wrong with it
-    if doubtful:
+        lines = []  # load_machine says what is wrong with it
+    if any(line.startswith(DOUBTFUL) for line in lines):
         warnings.warn(f"machine file {path} was calibrated on a busy host and written with --force (see its "
                       "header): its figures, and every comparison with them, may be far off", RuntimeWarning,
                       stacklevel=2)
+    if any(line.strip() == "[openmp]" for line in lines):
+        # The native runtime is what these commands run; the file's loop and chunk costs are another runtime's.
+        warnings.warn(f"machine file {path} has an OpenMP runtime's loop_setup and chunk (native calibrate "
+                      "--openmp), not those of simsched's native runtime that this command runs: calibrate "
+                      "without --openmp to compare with it", RuntimeWarning, stacklevel=2)
     return path
 
 

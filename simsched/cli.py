@@ -133,8 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="candidate scheduler specs, comma-separated (an item key=value continues the spec "
                              "before it; default: omp-static, omp-dynamic:chunk=1, omp-guided:chunk=1, taskloop, "
                              "binlpt, stealing, ich, hybrid)")
-    advise.add_argument("--baseline", default="omp-static", help="scheduler of the whole program to compare with "
-                                                                 "(default omp-static; always a candidate)")
+    advise.add_argument("--baseline", help="scheduler of the whole program to compare with (default omp-static; "
+                                           "for a trace simsched record wrote, omp-static:runtime=llvm; always a "
+                                           "candidate)")
     advise.add_argument("--seed", type=_integer, default=0, help="the first seed of the runs' random generators")
     advise.add_argument("--seeds", type=_integer, metavar="N",
                         help="simulate with N seeds from --seed on and report mean times, their spread and the "
@@ -258,7 +259,27 @@ def build_parser() -> argparse.ArgumentParser:
     native_cal.add_argument("--force", action="store_true",
                             help="measure and write even when the host is too busy or the figures are "
                                  "doubtful (the file then says so)")
+    schedulers = sub.add_parser("schedulers", help="list every scheduler (built-in and plugins') with its "
+                                                   "summary and parameters")
+    workloads = sub.add_parser("workloads", help="list every workload (built-in and plugins') with its summary "
+                                                 "and parameters")
+    for listing in (schedulers, workloads):
+        listing.add_argument("names", nargs="*", metavar="NAME", help="only these")
+        listing.add_argument("--json", action="store_true", help="print a JSON list")
+    _add_plugin_option(parser)
     return parser
+
+
+def _add_plugin_option(parser) -> None:
+    """``--plugin`` on every command (and every ``native`` command): load a module that defines components."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                command.add_argument("--plugin", action="append", default=[], metavar="MODULE_OR_FILE",
+                                     help="import a Python file or module first: the schedulers, workloads "
+                                          "and machines it defines are then known (repeatable; also "
+                                          "$SIMSCHED_PLUGINS)")
+                _add_plugin_option(command)
 
 
 def _loop_arguments(parser, repeat_help: str) -> None:
@@ -293,6 +314,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        if getattr(args, "plugin", None):
+            from . import plugins
+
+            plugins.activate(args.plugin)
         status = COMMANDS[args.command](args)
         sys.stdout.flush()  # output a full device refuses fails here, as one line, rather than at exit
         return status
@@ -816,17 +841,21 @@ def cmd_record(args) -> int:
 
         load_machine(args.machine)  # a bad machine is refused before the program runs
         check_validation(Path(args.trace) if args.trace else None, args.rounds)
-    with tempfile.TemporaryDirectory(prefix="simsched-trace-") as folder:
+    from .signals import signals_interrupt
+
+    # SIGTERM as SIGINT: the program's process group is killed and the scratch folders removed on the way out.
+    with signals_interrupt(), tempfile.TemporaryDirectory(prefix="simsched-trace-") as folder:
         trace = Path(args.trace) if args.trace else None
         if trace is None:
             recording = record_program(command, args.threads, args.repeat, args.block, args.runtime,
                                        args.timeout, progress=progress)
-            trace = out or Path(folder) / "recording.parquet"
+            trace = out or Path(folder) / "recording.npz"  # .npz: no optional reader needed
             write_recording(trace, recording)
             meta = recording.meta
             print(f"recorded {len(recording.loops)} loop instance(s) of {meta['command_line']} on {meta['threads']} "
-                  f"threads under OMP_SCHEDULE={meta['schedule']} ({meta['runtime']}); a chunk costs "
-                  f"{meta['empty_chunk_ns']:.0f} ns empty, {meta['tool_ns_per_chunk']:.0f} ns of it the tool's"
+                  f"threads under OMP_SCHEDULE={meta['schedule']} ({meta['runtime']}); an empty chunk spans "
+                  f"{meta['empty_chunk_ns']:.0f} ns in the recording (taken off every chunk), the tool adds "
+                  f"{meta['tool_ns_per_chunk']:.0f} ns a chunk to the runtime's {meta['runtime_ns_per_chunk']:.0f}"
                   + (f"; wrote {trace}" if out else ""), file=sys.stderr if args.json else sys.stdout)
         if not args.validate:
             return 0
@@ -836,9 +865,28 @@ def cmd_record(args) -> int:
     return 0
 
 
+def _cmd_listing(registry_name: str, kind: str):
+    def command(args) -> int:
+        from . import plugins, registry, schedulers, workloads  # noqa: F401  (the built-ins register)
+
+        plugins.load_automatic()
+        table = getattr(registry, registry_name)
+        unknown = [name for name in args.names if name not in table]
+        if unknown:
+            raise SimschedError(f"unknown {kind} {unknown[0]!r} (known: {', '.join(table)})")
+        rows = [row for row in registry.describe(table) if not args.names or row["name"] in args.names]
+        print(json.dumps(rows) if args.json else registry.format_description(rows, kind))
+        return 0
+    return command
+
+
+cmd_schedulers = _cmd_listing("SCHEDULERS", "scheduler")
+cmd_workloads = _cmd_listing("WORKLOADS", "workload")
+
+
 def cmd_advise(args) -> int:
-    from .analysis.advice import (RECORDED_BASELINE, RECORDED_SCHEDULERS, advise, format_advice, split_schedulers,
-                                  trace_program)
+    from .analysis.advice import (DEFAULT_BASELINE, RECORDED_BASELINE, RECORDED_SCHEDULERS, advise, format_advice,
+                                  split_schedulers, trace_program)
 
     schedulers = split_schedulers(args.schedulers) if args.schedulers is not None else None
     program, baseline = args.program, args.baseline
@@ -849,8 +897,9 @@ def cmd_advise(args) -> int:
         program = f"trace:path={trace}"
         if "runtime" in trace_metadata(trace):  # recorded on LLVM's or Intel's runtime by simsched record
             schedulers = schedulers if schedulers is not None else list(RECORDED_SCHEDULERS)
-            baseline = RECORDED_BASELINE if baseline == "omp-static" else baseline
-    advice = advise(args.machine, program, args.threads, schedulers, baseline, args.seed, args.seeds)
+            baseline = RECORDED_BASELINE if baseline is None else baseline
+    advice = advise(args.machine, program, args.threads, schedulers, baseline or DEFAULT_BASELINE, args.seed,
+                    args.seeds)
     print(json.dumps(advice.to_dict()) if args.json else format_advice(advice))
     return 0
 
@@ -993,7 +1042,8 @@ def cmd_sensitivity(args) -> int:
 
 COMMANDS = {"run": cmd_run, "machines": cmd_machines, "sweep": cmd_sweep, "fit": cmd_fit, "rank": cmd_rank,
             "breakdown": cmd_breakdown, "plot": cmd_plot, "advise": cmd_advise, "native": cmd_native,
-            "report": cmd_report, "sensitivity": cmd_sensitivity, "record": cmd_record}
+            "report": cmd_report, "sensitivity": cmd_sensitivity, "record": cmd_record,
+            "schedulers": cmd_schedulers, "workloads": cmd_workloads}
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Generator, Sequence
 from heapq import heappush
-from typing import Sequence
+from typing import Any
 
 import numpy as np
 import simpy
@@ -140,7 +141,7 @@ class Simulation:
         if self.segments is not None and self.env.now > since:
             self.segments.append((worker, state, since, self.env.now))
 
-    def serial_code(self, worker: int, index: int):
+    def serial_code(self, worker: int, index: int) -> Generator[Event, Any, None]:
         """``worker`` runs the sequential code before program loop ``index`` (a process step; none without it)."""
         ns = self.loops[index].serial_ns
         if ns > 0:  # no zero-length step: a program without serial code keeps its exact event sequence
@@ -156,7 +157,7 @@ class Simulation:
         if self.noise is not None:
             self.noise.loop_begins(t)
 
-    def arrive(self, worker: int):
+    def arrive(self, worker: int) -> Generator[Event, Any, None]:
         """``worker`` arrives at the published loop: at once, or as late as the noise model says (a process step)."""
         if self.noise is not None:
             until = self.noise.arrival(worker, self.env.now)
@@ -243,7 +244,7 @@ class Simulation:
                 t += alone.chunk(0, loop.data, 0, loop.n, t)
         return t
 
-    def until(self, when: float):
+    def until(self, when: float) -> Event:
         """What the calling worker yields, at once, to wait until absolute time ``when`` (now, if that has passed).
 
         The wait is passed without the queue when the worker was resumed by a ``Wait`` of its
@@ -262,7 +263,7 @@ class Simulation:
         fire_at(env, event, when)
         return event
 
-    def wait(self, worker: int, state: str, when: float):
+    def wait(self, worker: int, state: str, when: float) -> Event:
         """Advance ``worker`` to ``when``, accounting the time to ``state``."""
         return self.until(self.charged(worker, state, when))
 
@@ -279,7 +280,7 @@ class Simulation:
                 self.segments.append((worker, state, now, when))
         return when
 
-    def drive(self, steps):
+    def drive(self, steps: Generator[float, Any, tuple[float, Any]]) -> Generator[Event, Any, Any]:
         """Run ``steps`` inside the calling process, each wait a callback on one reused event; return its value.
 
         ``steps`` is a generator that yields the absolute times it waits until (having

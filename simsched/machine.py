@@ -742,8 +742,26 @@ def value_sources(name: str) -> dict[str, str]:
 
 
 def builtin_machines() -> list[str]:
-    """Names of the machine files shipped with simsched."""
-    return sorted(p.name[:-5] for p in _machine_files().iterdir() if p.name.endswith(".toml"))
+    """Names of the machine files shipped with simsched, and of those plugins registered."""
+    shipped = [p.name[:-5] for p in _machine_files().iterdir() if p.name.endswith(".toml")]
+    return sorted(set(shipped) | set(_REGISTERED_MACHINES))
+
+
+# Machines plugins add by name: name -> machine file.
+_REGISTERED_MACHINES: dict[str, Path] = {}
+
+
+def register_machine(name: str, path: str | Path) -> None:
+    """Make the machine file ``path`` loadable by ``name`` (as a built-in machine is), e.g. from a plugin."""
+    path = Path(path)
+    if not isinstance(name, str) or not name or _machine_form(name) != "builtin":
+        raise SimschedError(f"register_machine: {name!r} is not a machine name (a name, not a path or a spec)")
+    if not path.is_file():
+        raise SimschedError(f"register_machine: {name}: no machine file at {path}")
+    held = _REGISTERED_MACHINES.get(name)
+    if (held is not None and held != path.resolve()) or _machine_files().joinpath(f"{name}.toml").is_file():
+        raise SimschedError(f"register_machine: a machine {name!r} exists already")
+    _REGISTERED_MACHINES[name] = path.resolve()
 
 
 UNIFORM = "uniform"
@@ -955,6 +973,12 @@ def load_machine(name_or_path: str | Path | Machine) -> Machine:
         source = str(path)
     else:
         resource = _machine_files().joinpath(f"{text}.toml")
+        if not resource.is_file() and text not in _REGISTERED_MACHINES:
+            from . import plugins
+
+            plugins.load_automatic()  # a plugin may register it
+        if text in _REGISTERED_MACHINES:
+            resource = _REGISTERED_MACHINES[text]
         if not resource.is_file():
             known = ", ".join(builtin_machines())
             raise SimschedError(f"unknown machine {text!r} (built-in: {known})")

@@ -8,6 +8,7 @@ interrupted sweep leaves no worker behind.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import socket
@@ -90,17 +91,37 @@ class SerialPool:
         pass
 
 
-def _worker_start(parent: int) -> None:
+def _worker_start(parent: int, method: str = "fork") -> None:
     """In a worker process: leave SIGINT to the sweep's own process, die at once on SIGTERM, and die with
     the sweep's process however it ends (even by SIGKILL), so that no worker outlives it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if method == "forkserver":
+        # Started by the fork server, not by the sweep: watch the sweep's process itself.
+        import threading
+
+        threading.Thread(target=_watch_process, args=(parent,), daemon=True).start()
+        return
     if not _die_with_parent():
         import threading
 
         threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     if os.getppid() != parent:  # the sweep died before the worker could ask to die with it
         os._exit(1)
+
+
+def _watch_process(pid: int) -> None:
+    """End this worker once process ``pid`` is gone."""
+    import time
+
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            os._exit(1)
+        except PermissionError:
+            pass
+        time.sleep(0.5)
 
 
 def _die_with_parent() -> bool:
@@ -128,18 +149,30 @@ def _watch_parent(parent: int) -> None:
     os._exit(1)
 
 
+START_METHODS = ("fork", "spawn", "forkserver")
+
+
+def start_method() -> str:
+    """How local workers start: $SIMSCHED_START_METHOD (fork, spawn or forkserver), fork by default."""
+    method = os.environ.get("SIMSCHED_START_METHOD", "fork")
+    if method not in START_METHODS or method not in multiprocessing.get_all_start_methods():
+        raise SimschedError(f"SIMSCHED_START_METHOD={method!r}: local workers start by "
+                            f"{' or '.join(m for m in START_METHODS if m in multiprocessing.get_all_start_methods())}")
+    return method
+
+
 class ProcessPool:
     """Runs points in ``jobs`` local worker processes, which end with the sweep however it ends."""
 
     def __init__(self, jobs: int):
         from concurrent.futures import ProcessPoolExecutor
 
-        import multiprocessing
-
-        # Forked workers: _worker_start ties each to this process, its parent (under spawn or forkserver
-        # their parent would be a server process, not the sweep).
-        self.executor = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_start, initargs=(os.getpid(),),
-                                            mp_context=multiprocessing.get_context("fork"))
+        # Forked workers by default (cheapest: nothing to import again); $SIMSCHED_START_METHOD=spawn or
+        # forkserver start them afresh, and they load this process's plugins from $SIMSCHED_PLUGINS.
+        method = start_method()
+        self.executor = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_start,
+                                            initargs=(os.getpid(), method),
+                                            mp_context=multiprocessing.get_context(method))
 
     def run(self, task: Task, items: Sequence[Any]) -> Iterator[tuple[int, dict[str, Any] | None]]:
         from concurrent.futures import as_completed

@@ -28,7 +28,7 @@ from .store import point_id
 
 AXES = ("machine", "scheduler", "threads", "workload", "seed", "repeat")
 _SECTIONS = {"experiment", "grid", "fit", "rank", "breakdown", "affinity", "apps", "peers"}
-_EXPERIMENT_KEYS = {"name", "description"}
+_EXPERIMENT_KEYS = {"name", "description", "plugins"}
 _FIT_KEYS = {"published_d_us", "threads", "source", "machine"}
 _RANK_KEYS = {"baseline", "baseline_threads", "threads", "highlight", "published"}
 _BREAKDOWN_KEYS = {"baseline", "published", "source"}
@@ -88,6 +88,13 @@ def parse_experiment(data: dict[str, Any], source: str = "<config>", path: Path 
         if key not in _EXPERIMENT_KEYS:
             raise SimschedError(f"{source}: unknown key experiment.{key}")
     name = _check_name(meta.get("name", Path(source).stem), source)
+    if "plugins" in meta:  # before the grid, whose specs may name what they define
+        from . import plugins
+
+        listed = meta["plugins"]
+        if not isinstance(listed, list) or not all(isinstance(item, str) for item in listed):
+            raise SimschedError(f"{source}: experiment.plugins must be a list of Python files or module names")
+        plugins.activate(listed, base=path.parent if path is not None else None)
     if "grid" not in data:
         raise SimschedError(f"{source}: missing section [grid]")
     points = expand_grid(data["grid"], source, settings)

@@ -86,3 +86,11 @@ def test_a_missing_trace_file_is_a_workload_spec_refused(tmp_path, main):
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("simsched: error: trace ") and "no such file" in lines[0]
+
+
+def test_an_explicit_baseline_is_kept_for_a_recorded_trace(tmp_path, main):
+    trace = recorded_like(tmp_path / "t.npz", metadata={"runtime": "libiomp5"})
+    proc = main("advise", trace, "--machine", HASWELL, "--threads", 4, "--seeds", 1, "--json",
+                "--baseline", "omp-static")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["baseline"] == "omp-static"

@@ -459,7 +459,7 @@ def test_a_probe_that_fails_is_one_line_through_the_cli_and_leaves_nothing(tmp_p
     proc = _cli("native", "calibrate", "--openmp", impostor, "--out", out, "--threads", 1, "--force")
     assert proc.returncode == 2 and not out.exists() and proc.stdout == ""
     last = proc.stderr.splitlines()[-1]
-    assert last.startswith(f"simsched: error: the OpenMP probe failed on libiomp5 ({impostor}): it exited "
+    assert last.startswith(f"simsched: error: the OpenMP probe on libiomp5 ({impostor}): the program exited "
                            "with status 127"), proc.stderr
     assert proc.stderr.count("simsched: error") == 1 and "Traceback" not in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["libiomp5.so"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import subprocess
@@ -87,10 +88,20 @@ def test_readme_links_the_docs():
         assert f"docs/{name}" in targets
 
 
+@functools.cache
+def listed(kind: str) -> tuple[str, ...]:
+    """The names ``simsched schedulers`` or ``simsched workloads`` lists, each a built-in of the registry."""
+    names = tuple(row["name"] for row in json.loads(simsched_cli(kind, "--json").stdout))
+    registry = {"schedulers": SCHEDULERS, "workloads": WORKLOADS}[kind]
+    assert set(names) == {name for name, cls in registry.items() if cls.__module__.startswith("simsched.")}
+    return names
+
+
 def test_every_scheduler_its_parameters_and_counters_are_documented():
     text = prose(DOCS / "schedulers.md")
     headings = {line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")}
-    for name, cls in SCHEDULERS.items():
+    for name in listed("schedulers"):
+        cls = SCHEDULERS[name]
         assert any(name in h.split(", ") for h in headings), f"scheduler {name} has no section"
         assert f"| `{name}` |" in text, f"scheduler {name} is missing from the summary table"
         for param in cls.PARAMS:
@@ -101,7 +112,8 @@ def test_every_scheduler_its_parameters_and_counters_are_documented():
 
 def test_every_workload_and_its_parameters_are_documented():
     text = prose(DOCS / "workloads.md")
-    for name, cls in WORKLOADS.items():
+    for name in listed("workloads"):
+        cls = WORKLOADS[name]
         assert f"`{name}`" in text or f"### {name}" in text, f"workload {name} is not documented"
         for param in cls.PARAMS:
             assert f"| `{param}` |" in text, f"parameter {param} of {name} is not documented"

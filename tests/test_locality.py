@@ -441,6 +441,7 @@ class Given(Workload):
     """One loop with the costs and footprint given (for property tests: any bytes vector, any data set)."""
 
     name = "given"
+    LISTED = False  # a test's workload: not among those the registry lists
 
     def __init__(self, costs, data):
         self.given, self.params = {}, {}

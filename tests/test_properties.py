@@ -323,6 +323,7 @@ class RunsEverythingEverywhere(OmpStatic):
     """Broken on purpose: every worker runs the whole loop, so each iteration runs P times."""
 
     name = "broken-double"
+    LISTED = False  # a test's scheduler: not among those the registry lists
 
     def share(self, sim, w, index):
         loop = sim.loops[index]
@@ -333,6 +334,7 @@ class SkipsTheLastIteration(OmpStatic):
     """Broken on purpose: only the master runs anything, and it forgets the last iteration."""
 
     name = "broken-gap"
+    LISTED = False
 
     def share(self, sim, w, index):
         loop = sim.loops[index]
@@ -366,6 +368,7 @@ def test_correct_subclass_passes_the_same_check():
     """The broken schedulers fail because of what they do, not because subclassing breaks the engine."""
     class Fine(OmpStatic):
         name = "fine"
+        LISTED = False
 
     result = simulate("haswell-e5-2695v3", Fine(), [100.0] * 10, 2)
     assert coverage_problems(result.chunks, [10]) == []

@@ -40,7 +40,8 @@ EVENT_DTYPE = np.dtype([("time", "<f8"), ("kind", "<u8"), ("a", "<u8"), ("b", "<
 PB, PE, IB, IE = ompt.PARALLEL_BEGIN, ompt.PARALLEL_END, ompt.IMPLICIT_BEGIN, ompt.IMPLICIT_END
 WB, WE, CHUNK, SB, SE = ompt.WORK_BEGIN, ompt.WORK_END, ompt.CHUNK, ompt.SYNC_BEGIN, ompt.SYNC_END
 TASK, COUNT, ITERATION = ompt.TASK_CREATE, ompt.COUNT, ompt.ITERATION
-LOOP = 1 << 32  # ompt_work_loop
+LOOP = 1 << 32  # ompt_work_loop: a runtime that does not say which schedule
+DYNAMIC_LOOP, STATIC_LOOP = 11 << 32, 10 << 32  # ompt_work_loop_dynamic, ompt_work_loop_static
 SINGLE_EXECUTOR, SINGLE_OTHER = 3 << 32, 4 << 32
 EMPTY_NS = 10.0
 # Code addresses of the loops, and where a fake debug lookup puts them.
@@ -54,10 +55,11 @@ def _events(*threads: list[tuple], codes=CODES) -> ompt.Events:
                        dict(codes))
 
 
-def _loop(region: int, code: int, count: int, begin: float, chunks: list[tuple], end: float) -> list[tuple]:
+def _loop(region: int, code: int, count: int, begin: float, chunks: list[tuple], end: float,
+          work: int = LOOP) -> list[tuple]:
     """A thread's records of one loop: chunks as (start, iterations, when handed out)."""
-    return ([(begin, WB, region, LOOP, code), (begin, COUNT, region, count, 0)]
-            + [(at, CHUNK, region, start, size) for start, size, at in chunks] + [(end, WE, region, LOOP, 0)])
+    return ([(begin, WB, region, work, code), (begin, COUNT, region, count, 0)]
+            + [(at, CHUNK, region, start, size) for start, size, at in chunks] + [(end, WE, region, work, 0)])
 
 
 def _one_region(second_span: float = 60.0, inside_chunk: list[tuple] = ()) -> ompt.Events:
@@ -65,7 +67,7 @@ def _one_region(second_span: float = 60.0, inside_chunk: list[tuple] = ()) -> om
     initial thread runs serial code in a single (170..390 ns) and the team meets at its barrier.
 
     Chunk spans: loop 0: [0, 2) 100 ns on thread 0, [2, 4) ``second_span`` on thread 1;
-    loop 1: [0, 2) 40 ns on thread 1, [2, 4) 100 ns on thread 0.
+    loop 1 (dynamic: thread 1 claims first): [0, 2) 40 ns on thread 1, [2, 4) 100 ns on thread 0.
     """
     master = ([(0, PB, 1, 2, REGION_CODE), (10, IB, 1, 0 << 32 | 2, 1)]
               + _loop(1, FIRST, 4, 20, [(0, 2, 30)], 130)[:-1] + list(inside_chunk) + [(130, WE, 1, LOOP, 0)]
@@ -73,14 +75,14 @@ def _one_region(second_span: float = 60.0, inside_chunk: list[tuple] = ()) -> om
                  (170, WB, 1, SINGLE_EXECUTOR, SINGLE), (170, COUNT, 1, 1, 0),
                  (390, WE, 1, SINGLE_EXECUTOR, 0),
                  (400, SB, 1, 1, 0), (450, SE, 1, 1, 0)]
-              + _loop(1, SECOND, 4, 460, [(2, 2, 470)], 570)
+              + _loop(1, SECOND, 4, 460, [(2, 2, 470)], 570, DYNAMIC_LOOP)
               + [(580, SB, 1, 1, 0), (600, SE, 1, 1, 0), (610, IE, 1, 0, 1), (620, PE, 1, 0, 0)])
     worker = ([(12, IB, 1, 1 << 32 | 2, 1)]
               + _loop(1, FIRST, 4, 22, [(2, 2, 25)], 25 + second_span)
               + [(90, SB, 1, 1, 0), (160, SE, 1, 1, 0),
                  (165, WB, 1, SINGLE_OTHER, SINGLE), (165, COUNT, 1, 1, 0), (166, WE, 1, SINGLE_OTHER, 0),
                  (170, SB, 1, 1, 0), (450, SE, 1, 1, 0)]
-              + _loop(1, SECOND, 4, 455, [(0, 2, 458)], 498)
+              + _loop(1, SECOND, 4, 455, [(0, 2, 458)], 498, DYNAMIC_LOOP)
               + [(560, SB, 1, 1, 0), (600, SE, 1, 1, 0), (605, IE, 1, 1, 1)])
     return _events(master, worker)
 
@@ -264,8 +266,11 @@ def test_combine_takes_each_iterations_median_over_the_runs(lines):
     assert meta["program"] == ["./prog", "a b"] and meta["command_line"] == "./prog 'a b'"
     assert (meta["runtime"], meta["runtime_path"], meta["runtime_version"]) == \
         ("libiomp5", "/opt/intel/libiomp5.so", "hand-made runtime 1.0")
-    # The single's 260 ns in the region is no loop: said once, as a note kept in the metadata.
-    assert len(notes) == 1 and "outside every reported loop" in notes[0] and meta["notes"] == notes
+    # The single's 260 ns in the region is no loop, and loop.c:20 ran dynamic under OMP_SCHEDULE=static,K
+    # (its schedule compiled in): each said once, as notes kept in the metadata.
+    assert len(notes) == 2 and meta["notes"] == notes
+    assert "loop.c:20 ran a schedule compiled into them" in notes[0]
+    assert "outside every reported loop" in notes[1]
     table = recording.chunks
     assert list(table.columns) == ["run", "loop", "thread", "start", "iterations", "begin_ns", "end_ns"]
     assert len(table) == 3 * 4 and table.groupby(["run", "loop"])["iterations"].sum().eq(4).all()
@@ -319,6 +324,36 @@ def test_split_schedules_splits_on_spaces_and_semicolons_and_refuses_bad_values(
 
 
 # ---- programs recorded through the command line ----------------------------------------------------------
+
+# A loop counting down whose iterations cost more the lower i is, and a slow program for interrupting.
+DOWN_C = """
+#include <stdio.h>
+int main(void)
+{
+    double sum = 0.0;
+#pragma omp parallel for schedule(runtime) reduction(+ : sum)
+    for (long i = 3999; i >= 0; i--)
+        for (long k = 0; k < (i < 2000 ? 4000 : 40); k++)
+            sum += 1.0 / (i + k + 1.0);
+    printf("%g\\n", sum);
+    return 0;
+}
+"""
+
+SLOW_C = """
+#include <unistd.h>
+int main(void)
+{
+    volatile double s = 0;
+    for (int r = 0; r < 600; r++) {
+#pragma omp parallel for schedule(runtime)
+        for (long i = 0; i < 1000; i++)
+            s += i;
+        usleep(100000);
+    }
+    return 0;
+}
+"""
 
 TASKS_C = """
 #include <stdio.h>
@@ -419,6 +454,17 @@ def programs(tmp_path_factory) -> dict[str, Path]:
     for name, source in [("tasks", TASKS_C), ("exits", EXITS_C), ("marks", MARKS_C), ("nested", NESTED_C)]:
         built[name] = _build(compiler, source, folder / name)
     built["serial"] = _build(compiler, SERIAL_C, folder / "serial", openmp=False)
+    built["down"] = _build(compiler, DOWN_C, folder / "down")
+    built["slow"] = _build(compiler, SLOW_C, folder / "slow")
+    built["nopie"] = folder / "spmv_nopie"
+    nopie = subprocess.run([compiler, "-O2", "-g", "-fopenmp", "-no-pie", str(SPMV), "-o", str(built["nopie"]),
+                            "-lm"], capture_output=True, text=True, timeout=120, check=False)
+    if nopie.returncode != 0:
+        del built["nopie"]  # a compiler that cannot link a non-PIE executable: that test skips
+    script = folder / "twice.sh"
+    script.write_text(f"#!/bin/sh\n{built['spmv']} 2000 1 >/dev/null && {built['spmv']} 2000 1\n")
+    script.chmod(0o755)
+    built["twice"] = script
     return built
 
 
@@ -588,7 +634,7 @@ def test_validate_without_a_trace_records_first_and_keeps_stdout_to_the_json(pro
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert [row["schedule"] for row in report["rows"]] == ["guided", "guided"]
-    assert report["trace"].endswith("recording.parquet") and not Path(report["trace"]).exists()
+    assert report["trace"].endswith("recording.npz") and not Path(report["trace"]).exists()
     assert "recorded 2 loop instance(s)" in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["machine.toml"]  # the recording was scratch
 
@@ -700,7 +746,7 @@ def test_a_libgomp_program_with_no_ompt_runtime_installed_is_refused(refuse, pro
     monkeypatch.delenv("SIMSCHED_OMP_RUNTIME", raising=False)
     monkeypatch.setattr(ompt, "_candidates", list)  # no runtime installed where simsched looks
     refuse(["--out", tmp_path / "t.parquet", "--", programs["spmv"]], "GCC's libgomp",
-           "pip install intel-openmp")
+           "pip install --no-deps intel-openmp")
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -735,3 +781,120 @@ def test_bad_options_are_refused_before_the_program_runs(refuse, programs, runti
 def test_validate_needs_a_machine_where_no_host_toml_is(refuse, programs, tmp_path):
     refuse(["--validate", "--", programs["spmv"]], "--validate simulates on host.toml, which is not here",
            "simsched native calibrate", cwd=tmp_path)
+
+
+def _counting_down(chunks_by_thread: list[list[tuple]], work: int = STATIC_LOOP) -> ompt.Events:
+    """One loop of 8 iterations whose chunks report their lowest value, on as many threads as given."""
+    threads = []
+    for t, chunks in enumerate(chunks_by_thread):
+        rows = [(0, PB, 1, 2, REGION_CODE)] if t == 0 else []
+        rows += [(1, IB, 1, t << 32 | len(chunks_by_thread), 1)]
+        rows += _loop(1, FIRST, 8, 2, chunks, 1000, work)
+        threads.append(rows + [(1001, IE, 1, t, 1)] + ([(1002, PE, 1, 0, 0)] if t == 0 else []))
+    return _events(*threads)
+
+
+def test_a_loop_that_counts_down_gets_its_costs_in_the_order_it_ran(lines):
+    # for (i = 7; i >= 0; i--) under static,2 on 2 threads: thread 0 runs values 7-6 then 3-2, thread 1 5-4
+    # then 1-0; each chunk reports its lowest value. Spans 110, 50 (thread 0), 30, 10 (thread 1), less 10.
+    events = _counting_down([[(6, 2, 10), (2, 2, 120)], [(4, 2, 10), (0, 2, 40)]])
+    events.threads[0]["time"][events.threads[0]["kind"] == WE] = 170
+    events.threads[1]["time"][events.threads[1]["kind"] == WE] = 50
+    run = parse_run(events)
+    assert iteration_costs(run.instances[0], run.names[0], EMPTY_NS).tolist() == [50, 50, 10, 10, 20, 20, 0, 0]
+
+
+def test_one_chunk_a_thread_counting_down_is_told_by_thread_0_holding_the_highest(lines):
+    # for (i = 7; i >= 0; i--) under static: thread 0 runs values 7-4, thread 1 values 3-0.
+    events = _counting_down([[(4, 4, 10)], [(0, 4, 10)]])
+    events.threads[0]["time"][events.threads[0]["kind"] == WE] = 410  # 400 ns, less 10: 97.5 an iteration
+    events.threads[1]["time"][events.threads[1]["kind"] == WE] = 50
+    run = parse_run(events)
+    assert iteration_costs(run.instances[0], run.names[0], EMPTY_NS).tolist() == [97.5] * 4 + [7.5] * 4
+
+
+def test_chunks_off_the_steps_grid_are_refused(lines):
+    # Starts 10, 18 with chunks of 2 say a step of 4; 27 is not on that grid (a floor division would put it there).
+    events = _counting_down([[(10, 2, 10), (27, 1, 30)], [(18, 2, 10)]])
+    events.threads[0]["b"][events.threads[0]["kind"] == COUNT] = 5
+    run = parse_run(events)
+    with pytest.raises(SimschedError, match="exactly once"):
+        iteration_costs(run.instances[0], run.names[0], EMPTY_NS)
+
+
+
+def test_a_loop_that_counts_down_is_recorded_in_the_order_it_ran(programs, runtime, tmp_path):
+    out = tmp_path / "down.npz"
+    proc = _record("--out", out, "--repeat", 1, "--block", 100, "--", programs["down"])
+    assert proc.returncode == 0, proc.stderr
+    (loop,) = _trace(out)
+    # The program runs i = 3999 first: the cheap half (i >= 2000) comes first in the trace, the dear one last.
+    cheap, dear = loop.costs[:2000].sum(), loop.costs[2000:].sum()
+    assert dear > 10 * cheap
+
+
+def test_a_program_not_built_position_independent_is_named_by_file_and_line(programs, runtime, tmp_path):
+    if "nopie" not in programs:
+        pytest.skip("the compiler here does not link -no-pie executables")
+    out = tmp_path / "nopie.npz"
+    proc = _record("--out", out, "--repeat", 1, "--", programs["nopie"], 2000, 1)
+    assert proc.returncode == 0, proc.stderr
+    assert [loop.name for loop in _trace(out)] == _expected_names()[:2]
+
+
+def test_a_program_that_runs_two_openmp_processes_is_refused(refuse, programs, runtime, tmp_path):
+    refuse(["--out", tmp_path / "t.parquet", "--block", 8, "--", programs["twice"]], "2 OpenMP processes",
+           "one OpenMP program at a time")
+
+
+def test_a_cut_off_record_file_is_one_line(tmp_path):
+    whole = tmp_path / "run.events.123"
+    header = np.array([ompt.MAGIC, 1, 0, 0, 1, 1, 1, 0], dtype="<u8").tobytes()
+    thread = np.array([0, 3], dtype="<u8").tobytes()  # thread 0 with 3 records, of which only one is there
+    whole.write_bytes(header + b"\0" * ompt.VERSION_BYTES + thread + b"\0" * ompt.RECORD_DTYPE.itemsize)
+    with pytest.raises(SimschedError, match="end early"):
+        ompt.read_events(tmp_path / "run.events")
+    whole.write_bytes(b"not the tool's")
+    with pytest.raises(SimschedError, match="end early|not a recording"):
+        ompt.read_events(tmp_path / "run.events")
+
+
+def test_sigterm_stops_the_program_and_leaves_nothing(programs, runtime, tmp_path):
+    import signal
+    import time
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    proc = subprocess.Popen([sys.executable, "-m", "simsched.cli", "record", "--out", str(tmp_path / "s.npz"),
+                             "--block", "8", "--", str(programs["slow"])], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not _running(programs["slow"]):
+        time.sleep(0.1)
+    assert _running(programs["slow"]), "the program never started"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM and "Traceback" not in err, err
+    time.sleep(0.5)
+    assert not _running(programs["slow"])
+    assert list(scratch.iterdir()) == [] and not (tmp_path / "s.npz").exists()
+
+
+def _running(program: Path) -> bool:
+    """Whether a process runs ``program`` (read from /proc)."""
+    for status in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if status.read_bytes().split(b"\0")[0] == str(program).encode():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def test_a_block_made_inside_a_chunk_is_taken_off_it(lines):
+    # Thread 0's chunk [0, 2) runs 30..130 ns, but 60 ns of it the tool spent making a block of records.
+    tool = (30, ompt.TOOL, 0, 60, 0)
+    events = _one_region(inside_chunk=[tool])
+    run = parse_run(events)
+    assert iteration_costs(run.instances[0], run.names[0], EMPTY_NS).tolist() == [15, 15, 25, 25]

@@ -143,6 +143,7 @@ class DataWorkload(Workload):
     """A workload registered from outside simsched whose costs come from a file it names."""
 
     name = "from-data"
+    LISTED = False  # registered by the test itself, for the test's duration
     TOUCHES_DATA = False
     PARAMS = {}
 
@@ -176,6 +177,7 @@ class Flat(Workload):
     \"\"\"A user's workload in a file of its own: every iteration costs COST ns.\"\"\"
 
     name = "flat-plugin"
+    LISTED = False
     TOUCHES_DATA = False
     PARAMS = {{}}
 

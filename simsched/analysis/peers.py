@@ -48,7 +48,9 @@ def _pivot(table: pd.DataFrame, value: str) -> pd.DataFrame:
 def format_peers(table: pd.DataFrame) -> str:
     """Two blocks, one row per scheduler: makespan / (sum/P) per workload and thread count, then chunk counts."""
     ratio, chunks = _pivot(table, "ratio"), _pivot(table, "chunks")
-    width = max(12, *(len(c) + 1 for c in ratio.columns))
+    best = ratio.idxmin()
+    # Wide enough for every column's title and for the name of its best scheduler, in the row that names it.
+    width = max(12, *(len(c) + 1 for c in ratio.columns), *(len(str(b)) + 1 for b in best))
     name = max(10, *(len(s) for s in ratio.index)) + 1
 
     def block(title: str, frame: pd.DataFrame, fmt) -> list[str]:
@@ -58,7 +60,6 @@ def format_peers(table: pd.DataFrame) -> str:
                 f"{'-' if pd.isna(v) else fmt(v):>{width}}" for v in row))
         return lines
 
-    best = ratio.idxmin()
     lines = block("makespan / (sum/P), 1 is ideal", ratio, lambda v: f"{v:.3f}")
     lines.append(f"{'best':<{name}}" + "".join(f"{best[c]:>{width}}" for c in ratio.columns))
     lines.append("")

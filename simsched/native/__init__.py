@@ -105,11 +105,47 @@ def check_threads(threads: int) -> list[int]:
     return cpus[:threads]
 
 
+# What a chunk-rule scheduler does around its ``bounds`` in a simulation: natively the runtime itself runs the
+# loop between its barriers and claims the table ``bounds`` gives, so a plugin's rule runs natively only if it
+# leaves these as its built-in ancestor has them.
+TABLE_HOOKS = ("setup", "worker", "prepare", "fork", "share", "claim", "join")
+
+
+def _builtin(cls: type) -> bool:
+    return cls.__module__.startswith("simsched.")
+
+
+def native_entry(scheduler) -> tuple:
+    """``scheduler``'s row of :data:`NATIVE`: a built-in's own; for a scheduler defined outside simsched that
+    is a chunk rule (an IndexedChunks subclass), the table share of its nearest built-in ancestor."""
+    from ..schedulers.selfsched import IndexedChunks
+
+    cls = type(scheduler)
+    if _builtin(cls):
+        if scheduler.name not in NATIVE:
+            raise SimschedError(f"native mode runs {', '.join(NATIVE)}; not {scheduler.name}")
+        return NATIVE[scheduler.name]
+    if not isinstance(scheduler, IndexedChunks):
+        raise SimschedError("native mode runs only chunk-rule schedulers (IndexedChunks/ChunkRule "
+                            "subclasses) among those defined outside simsched: the runtime claims the table "
+                            f"their bounds give; {scheduler.name} ({cls.__module__}.{cls.__qualname__}) is not one")
+    base = next(c for c in cls.__mro__ if _builtin(c))
+    changed = [hook for hook in TABLE_HOOKS if getattr(cls, hook) is not getattr(base, hook)]
+    if changed:
+        raise SimschedError(f"native mode: scheduler {scheduler.name} overrides {', '.join(changed)} of "
+                            f"{base.__qualname__}; natively the runtime itself claims the table its bounds "
+                            f"give, so a chunk rule runs there only with {', '.join(TABLE_HOOKS)} as "
+                            f"{base.__qualname__} has them")
+    if tuple(cls.COUNTERS) != tuple(base.COUNTERS):
+        own = ", ".join(sorted(set(cls.COUNTERS) - set(base.COUNTERS))) or "fewer"
+        raise SimschedError(f"native mode: scheduler {scheduler.name} reports counters of its own ({own}), "
+                            "which the native runtime does not count")
+    return NATIVE.get(base.name, ("table", True, True, None))
+
+
 def native_config(scheduler, n: int = 0, threads: int = 1) -> tuple[str, str, bool, bool, int]:
     """How the native runtime runs ``scheduler`` on ``n`` iterations: (share, barrier, fork full, join full, chunk)."""
-    share, fork_full, join_full, barrier = NATIVE.get(scheduler.name, (None,) * 4)
-    if share is None:
-        raise SimschedError(f"native mode runs {', '.join(NATIVE)}; not {scheduler.name}")
+    share, fork_full, join_full, barrier = native_entry(scheduler)
     if barrier is None:
         # The native runtime has one tree barrier: the simulator's tree-shaped kinds all map to it.
         kind = getattr(scheduler, "barrier_kind", None) or scheduler.params.get("barrier", "tree")
@@ -410,14 +446,15 @@ def chunk_tables(sched, costs: np.ndarray, sizes: np.ndarray, loops: int, cpus: 
     threads on one line (of one, for one thread).
     """
     from ..loop import Loop
+    from ..schedulers.selfsched import chunk_bounds
 
     if "h" in sched.PARAMS and sched.params["h"] is None:
         sched.claim_ns = float(_native.fetch_add(list(cpus[:2]), 20000))
     starts = np.concatenate(([0], np.cumsum(sizes)))
     program = [Loop(costs[starts[i]:starts[i + 1]]) for i in range(sizes.size)]
     count = loops if sched.RANDOM else sizes.size
-    tables = [np.asarray(sched.bounds(program[t % sizes.size].n, len(cpus), program[t % sizes.size], rng),
-                         dtype=np.int64) for t in range(count)]
+    tables = [np.asarray(chunk_bounds(sched, program[t % sizes.size], len(cpus), rng), dtype=np.int64)
+              for t in range(count)]
     offsets = np.cumsum([0] + [table.size for table in tables], dtype=np.int64)
     return np.concatenate(tables).tobytes(), offsets.tobytes()
 

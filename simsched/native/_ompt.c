@@ -3,9 +3,11 @@
  *
  * Each thread appends fixed-size records to its own buffer (blocks allocated and touched before use,
  * so a record costs a time-stamp read and a few stores); at the runtime's finalize, the tool writes
- * every thread's records to SIMSCHED_OMPT_OUT (binary, read by simsched/native/ompt.py) and the
- * code addresses the records name, each with the object file it lies in and its offset there, to
- * SIMSCHED_OMPT_OUT.codes, so the reader can resolve them to file:line with the binary's debug info.
+ * every thread's records to SIMSCHED_OMPT_OUT.PID (binary, read by simsched/native/ompt.py; the pid, so
+ * that two OpenMP processes of one program never write one file) and the code addresses the records
+ * name, each with the object file it lies in and its offset there, to SIMSCHED_OMPT_OUT.PID.codes, so
+ * the reader can resolve them to file:line with the binary's debug info.  Each file is written to a
+ * ".partial" name and renamed when whole.
  *
  * The interface below is the OpenMP 5.x tool interface (OMPT), declared here from the specification
  * so that the tool builds without a runtime's omp-tools.h.  It is built as an optional extension
@@ -13,6 +15,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -39,7 +42,7 @@ typedef struct ompt_start_tool_result_t {
 } ompt_start_tool_result_t;
 typedef struct ompt_dispatch_chunk_t { uint64_t start, iterations; } ompt_dispatch_chunk_t;
 
-enum { OMPT_SET_NEVER = 1 };  /* ompt_set_result_t: 0 error, 1 never, 2 impossible, >= 3 delivered */
+enum { OMPT_SET_SOMETIMES = 3 };  /* ompt_set_result_t: 0 error, 1 never, 2 impossible, >= 3 delivered */
 enum { CB_PARALLEL_BEGIN = 3, CB_PARALLEL_END = 4, CB_TASK_CREATE = 5, CB_IMPLICIT_TASK = 7, CB_WORK = 20,
        CB_SYNC_REGION = 23, CB_DISPATCH = 32 };
 enum { SCOPE_BEGIN = 1, SCOPE_END = 2, SCOPE_BEGINEND = 3 };
@@ -61,6 +64,7 @@ enum {
     REC_TASK_CREATE = 10,   /* a: region id, b: flags, c: code address */
     REC_COUNT = 11,         /* a: region id, b: the loop's count as the runtime reports it */
     REC_ITERATION = 12,     /* a: region id, b: the iteration (runtimes that report iterations, not chunks) */
+    REC_TOOL = 13,          /* b: ticks the tool spent making a block of records inside a chunk (subtracted) */
 };
 
 typedef struct { uint64_t time, kind, a, b, c; } record_t;  /* 40 bytes; time in ticks of now() */
@@ -160,8 +164,14 @@ static inline void put(uint64_t time, uint64_t kind, uint64_t a, uint64_t b, uin
     if (!buffer)
         return;
     block_t *block = buffer->last;
+    uint64_t made = 0;  /* ticks spent making a block here, inside whatever chunk is running */
     if (block->used == BLOCK_RECORDS) {
-        block_t *next = buffer->spare ? buffer->spare : new_block();
+        block_t *next = buffer->spare;
+        if (!next) {
+            uint64_t start = now();
+            next = new_block();
+            made = now() - start;
+        }
         buffer->spare = NULL;
         if (!next)
             return;
@@ -174,6 +184,14 @@ static inline void put(uint64_t time, uint64_t kind, uint64_t a, uint64_t b, uin
     r->a = a;
     r->b = b;
     r->c = c;
+    if (made && block->used < BLOCK_RECORDS) {
+        r = &block->records[block->used++];
+        r->time = time;
+        r->kind = REC_TOOL;
+        r->a = 0;
+        r->b = made;
+        r->c = 0;
+    }
 }
 
 /* Between chunks (a loop's or a barrier's end): make the next block now if this one is filling up, so that
@@ -205,14 +223,16 @@ static void on_implicit_task(int endpoint, ompt_data_t *parallel, ompt_data_t *t
                              unsigned int index, int flags)
 {
     uint64_t t = now();
-    (void)task;
     if (flags & TASK_INITIAL)
         return;
     buffer_t *buffer = my_buffer();
     if (!buffer)
         return;
-    /* At the end the runtime may pass no region: the one this thread began is the one it ends. */
+    /* At the end the runtime may pass no region: the one this thread began is the one it ends.  The task
+     * keeps the region it was begun in, so that after a nested region ends the outer one is current again. */
     if (endpoint == SCOPE_BEGIN) {
+        if (task)
+            task->value = buffer->region;
         buffer->depth++;
         buffer->region = parallel ? parallel->value : 0;
         put(t, REC_IMPLICIT_BEGIN, buffer->region, (uint64_t)index << 32 | team, buffer->depth);
@@ -220,6 +240,7 @@ static void on_implicit_task(int endpoint, ompt_data_t *parallel, ompt_data_t *t
         put(t, REC_IMPLICIT_END, buffer->region, index, buffer->depth);
         if (buffer->depth)
             buffer->depth--;
+        buffer->region = task ? task->value : 0;
     }
 }
 
@@ -281,7 +302,7 @@ static const char *runtime_version = "";
 static void enable(ompt_set_callback_t set, int event, ompt_callback_t callback)
 {
     int result = set(event, callback);
-    if (result <= OMPT_SET_NEVER && refused_count < 8)
+    if (result < OMPT_SET_SOMETIMES && refused_count < 8)
         refused[refused_count++] = (unsigned int)event;
 }
 
@@ -334,14 +355,38 @@ static void write_codes(FILE *out)
                 }
                 seen[count++] = r->c;
                 Dl_info info;
-                if (r->c && dladdr((void *)(uintptr_t)r->c, &info) && info.dli_fname)
+                struct link_map *map = NULL;
+                /* The object's load bias (0 for an executable not built as PIE), not its mapping's start:
+                 * the address less the bias is what the object's debug info (addr2line) speaks of. */
+                if (r->c && dladdr1((void *)(uintptr_t)r->c, &info, (void **)&map, RTLD_DL_LINKMAP) &&
+                    info.dli_fname && map)
                     fprintf(out, "%llx\t%llx\t%s\n", (unsigned long long)r->c,
-                            (unsigned long long)(r->c - (uint64_t)(uintptr_t)info.dli_fbase), info.dli_fname);
+                            (unsigned long long)(r->c - (uint64_t)map->l_addr), info.dli_fname);
                 else
                     fprintf(out, "%llx\t%llx\t\n", (unsigned long long)r->c, (unsigned long long)r->c);
             }
 done:
     free(seen);
+}
+
+/* Open PATH.partial for writing; the caller renames it to PATH once it is written whole. */
+static FILE *open_partial(const char *path, char *partial, size_t size)
+{
+    snprintf(partial, size, "%s.partial", path);
+    FILE *out = fopen(partial, "wb");
+    if (!out)
+        fprintf(stderr, "simsched OMPT tool: cannot write %s\n", partial);
+    return out;
+}
+
+static void close_whole(FILE *out, const char *partial, const char *path)
+{
+    int failed = ferror(out);
+    failed |= fclose(out) != 0;
+    if (failed || rename(partial, path) != 0) {
+        fprintf(stderr, "simsched OMPT tool: cannot write %s\n", path);
+        remove(partial);
+    }
 }
 
 static void finalize(ompt_data_t *data)
@@ -350,39 +395,44 @@ static void finalize(ompt_data_t *data)
     uint64_t tick1 = now(), ns1 = monotonic_ns();
     if (!events_path[0])
         return;
-    FILE *out = fopen(events_path, "wb");
-    if (!out) {
-        fprintf(stderr, "simsched OMPT tool: cannot write %s\n", events_path);
-        return;
+    char path[4200], partial[4400];
+    snprintf(path, sizeof path, "%s.%ld", events_path, (long)getpid());
+    pthread_mutex_lock(&buffers_lock);  /* a thread registering late must not change the list being written */
+    uint64_t count = 0;
+    for (buffer_t *buffer = buffers; buffer; buffer = buffer->next)
+        count++;
+    FILE *out = open_partial(path, partial, sizeof partial);
+    if (out) {
+        /* Header: magic, version, the two time points that convert ticks to ns, threads, refused callbacks. */
+        uint64_t header[8] = {0x31544d4f53444d53ull /* "SMDSOMT1" */, 1, tick0, ns0, tick1, ns1, count,
+                              (uint64_t)refused_count};
+        fwrite(header, sizeof header, 1, out);
+        for (int i = 0; i < refused_count; i++) {
+            uint64_t event = refused[i];
+            fwrite(&event, sizeof event, 1, out);
+        }
+        char version[256] = {0};
+        snprintf(version, sizeof version, "%s", runtime_version);
+        fwrite(version, sizeof version, 1, out);
+        for (buffer_t *buffer = buffers; buffer; buffer = buffer->next) {
+            uint64_t n = 0;
+            for (block_t *block = buffer->first; block; block = block->next)
+                n += block->used;
+            uint64_t head[2] = {buffer->thread, n};
+            fwrite(head, sizeof head, 1, out);
+            for (block_t *block = buffer->first; block; block = block->next)
+                fwrite(block->records, sizeof(record_t), block->used, out);
+        }
+        close_whole(out, partial, path);
     }
-    /* Header: magic, version, the two time points that convert ticks to ns, threads, refused callbacks. */
-    uint64_t header[8] = {0x31544d4f53444d53ull /* "SMDSOMT1" */, 1, tick0, ns0, tick1, ns1, threads,
-                          (uint64_t)refused_count};
-    fwrite(header, sizeof header, 1, out);
-    for (int i = 0; i < refused_count; i++) {
-        uint64_t event = refused[i];
-        fwrite(&event, sizeof event, 1, out);
-    }
-    char version[256] = {0};
-    snprintf(version, sizeof version, "%s", runtime_version);
-    fwrite(version, sizeof version, 1, out);
-    for (buffer_t *buffer = buffers; buffer; buffer = buffer->next) {
-        uint64_t n = 0;
-        for (block_t *block = buffer->first; block; block = block->next)
-            n += block->used;
-        uint64_t head[2] = {buffer->thread, n};
-        fwrite(head, sizeof head, 1, out);
-        for (block_t *block = buffer->first; block; block = block->next)
-            fwrite(block->records, sizeof(record_t), block->used, out);
-    }
-    fclose(out);
-    char codes_path[4200];
-    snprintf(codes_path, sizeof codes_path, "%s.codes", events_path);
-    FILE *codes = fopen(codes_path, "w");
+    char codes_path[4300];
+    snprintf(codes_path, sizeof codes_path, "%s.codes", path);
+    FILE *codes = open_partial(codes_path, partial, sizeof partial);
     if (codes) {
         write_codes(codes);
-        fclose(codes);
+        close_whole(codes, partial, codes_path);
     }
+    pthread_mutex_unlock(&buffers_lock);
 }
 
 ompt_start_tool_result_t *ompt_start_tool(unsigned int omp_version, const char *version)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -231,20 +230,8 @@ class Probe:
     def run(self) -> tuple[str, str]:
         """The probe's stdout and stderr; the probe is killed if it outlives its time or is interrupted."""
         command = [str(self.binary), str(self.chunks), str(self.samples), str(self.forks)]
-        try:
-            done = subprocess.run(command, check=False, env=self.env, capture_output=True, text=True,
-                                  timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            raise SimschedError(f"the OpenMP probe on {self.runtime.describe()} ran past "
-                                f"{PROBE_TIMEOUT_S:g} s and was stopped") from None
-        except OSError as exc:
-            raise SimschedError(f"the OpenMP probe cannot be started: {exc.strerror or exc}") from None
-        if done.returncode != 0:
-            last = next((line.strip() for line in reversed(done.stderr.splitlines()) if line.strip()), "")
-            status = f"signal {-done.returncode}" if done.returncode < 0 else f"status {done.returncode}"
-            raise SimschedError(f"the OpenMP probe failed on {self.runtime.describe()}: it exited with "
-                                f"{status}" + (f": {last}" if last else ""))
-        return done.stdout, done.stderr
+        return ompt.run_program(command, self.env, PROBE_TIMEOUT_S,
+                                f"the OpenMP probe on {self.runtime.describe()}", output=True)
 
     def measure(self, progress=print) -> dict:
         """Run the probe: the runtime's figures (see :func:`figures`), its library, version and profile."""

@@ -1,7 +1,7 @@
 """A user's OpenMP program run under simsched's OMPT tool: the tool, the runtime that loads it, and its records.
 
 GCC's libgomp has no tool interface (OMPT), so a program is run on an OMPT runtime: Intel's
-``libiomp5`` (``pip install intel-openmp``; a release build) or LLVM's ``libomp`` 16 or later
+``libiomp5`` (``pip install --no-deps intel-openmp``; a release build) or LLVM's ``libomp`` 16 or later
 (Debian's ``libomp5-16`` and up; debug builds, about 0.5 us a chunk). Both also provide
 libgomp's entry points, so a program built by GCC runs on them when the runtime stands in for
 ``libgomp.so.1``: a folder of links named as each runtime's library, put first on
@@ -44,7 +44,7 @@ HEADER_WORDS = 8
 VERSION_BYTES = 256
 # Record kinds, as _ompt.c numbers them.
 PARALLEL_BEGIN, PARALLEL_END, IMPLICIT_BEGIN, IMPLICIT_END, WORK_BEGIN, WORK_END, CHUNK, SYNC_BEGIN, \
-    SYNC_END, TASK_CREATE, COUNT, ITERATION = range(1, 13)
+    SYNC_END, TASK_CREATE, COUNT, ITERATION, TOOL = range(1, 14)
 # ompt_work_t values of a worksharing loop: OpenMP 5.0's ompt_work_loop, 5.2's by schedule.
 LOOP_WORK = {1: "", 10: "static", 11: "dynamic", 12: "guided", 13: "other"}
 CALLBACK_NAMES = {3: "parallel_begin", 4: "parallel_end", 5: "task_create", 7: "implicit_task", 20: "work",
@@ -98,7 +98,7 @@ def runtime_at(path: str | Path, option: str = "--runtime") -> Runtime:
         if version and int(version) < FIRST_LLVM_WITH_CHUNKS:
             raise SimschedError(f"{option} {path}: LLVM's libomp {version} does not report chunks to a tool "
                                 f"(ompt_callback_dispatch); use libomp {FIRST_LLVM_WITH_CHUNKS} or later, or "
-                                "Intel's libiomp5 (pip install intel-openmp)")
+                                "Intel's libiomp5 (pip install --no-deps intel-openmp)")
         return Runtime(path, "llvm", version)
     raise SimschedError(f"{option} {path}: not an OMPT runtime (expected libiomp5.so or libomp.so.5)")
 
@@ -107,7 +107,7 @@ def _candidates() -> list[Path]:
     """Where OMPT runtimes are looked for, first found first used."""
     found = []
     for prefix in dict.fromkeys((sys.prefix, sys.base_prefix, sys.exec_prefix)):
-        found.append(Path(prefix) / "lib" / "libiomp5.so")  # pip install intel-openmp
+        found.append(Path(prefix) / "lib" / "libiomp5.so")  # pip install --no-deps intel-openmp
     llvm = sorted(glob.glob("/usr/lib/llvm-*/lib/libomp.so.5"), key=lambda p: -int(_llvm_version(Path(p)) or 0))
     found += [Path(p) for p in llvm]
     found += [Path(p) for p in ("/usr/lib/x86_64-linux-gnu/libomp.so.5", "/usr/lib/aarch64-linux-gnu/libomp.so.5",
@@ -127,7 +127,7 @@ def find_runtime(explicit: str | None = None) -> Runtime:
             if version and int(version) < FIRST_LLVM_WITH_CHUNKS:
                 continue
             return runtime_at(path)
-    raise NoRuntime("no OpenMP runtime with the tool interface (OMPT) found: pip install intel-openmp, "
+    raise NoRuntime("no OpenMP runtime with the tool interface (OMPT) found: pip install --no-deps intel-openmp, "
                         f"or install LLVM's libomp {FIRST_LLVM_WITH_CHUNKS} or later (Debian: libomp5-16), "
                         "or name one with --runtime PATH")
 
@@ -147,15 +147,18 @@ def program_path(command: list[str]) -> Path:
 
 
 def openmp_libraries(program: Path) -> list[str] | None:
-    """The OpenMP runtimes ``program`` is linked with (its ELF NEEDED entries), or None where it is not ELF."""
+    """The OpenMP runtimes ``program`` loads (its libraries' too, as ldd lists them), or None where that cannot
+    be told before it runs (a script, no ldd)."""
     with open(program, "rb") as file:
         if file.read(4) != b"\x7fELF":
             return None  # a script: what it runs is known only after the run
-    readelf = shutil.which("readelf")
-    if readelf is None:
+    ldd = shutil.which("ldd")
+    if ldd is None:
         return None
-    out = subprocess.run([readelf, "-d", str(program)], capture_output=True, text=True)
-    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out.stdout)
+    out = subprocess.run([ldd, str(program)], capture_output=True, text=True)
+    if out.returncode != 0:
+        return None  # statically linked, or not for this machine: the run will tell
+    needed = [line.split()[0] for line in out.stdout.splitlines() if line.strip()]
     return [name for name in needed if GOMP.match(name) or OMPT_CAPABLE.match(name)]
 
 
@@ -194,15 +197,19 @@ def environment(runtime: Runtime, shim: Path, threads: int, schedule: str, event
     return env
 
 
-def run_program(command: list[str], env: dict[str, str], timeout_s: float, what: str) -> None:
-    """Run ``command`` to its end in its own process group (killed whole on a timeout or an interrupt)."""
+def run_program(command: list[str], env: dict[str, str], timeout_s: float, what: str,
+                output: bool = False) -> tuple[str, str]:
+    """Run ``command`` to its end in its own process group (killed whole on a timeout or an interrupt); its
+    standard output and error if ``output``, else empty. A failure is one line naming ``what`` and the
+    program's last words."""
     try:
-        process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE if output else subprocess.DEVNULL,
                                    stderr=subprocess.PIPE, start_new_session=True)
     except OSError as exc:
-        raise SimschedError(f"program {command[0]!r} cannot be started: {exc.strerror or exc}") from None
+        raise SimschedError(f"{what}: {command[0]!r} cannot be started: {exc.strerror or exc}") from None
     try:
-        _, stderr = process.communicate(timeout=timeout_s)
+        stdout, stderr = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         _kill(process)
         raise SimschedError(f"{what}: the program ran past --timeout {timeout_s:g} s and was stopped") from None
@@ -213,6 +220,9 @@ def run_program(command: list[str], env: dict[str, str], timeout_s: float, what:
         last = next((line for line in reversed(stderr.decode(errors="replace").splitlines()) if line.strip()), "")
         status = (f"signal {-process.returncode}" if process.returncode < 0 else f"status {process.returncode}")
         raise SimschedError(f"{what}: the program exited with {status}" + (f": {last.strip()}" if last else ""))
+    if not output:
+        return "", ""
+    return stdout.decode(errors="replace"), stderr.decode(errors="replace")
 
 
 def _kill(process: subprocess.Popen) -> None:
@@ -231,33 +241,52 @@ class Events:
     refused: list[int]
     threads: list[np.ndarray] = field(default_factory=list)  # RECORD_DTYPE arrays, "time" as float64 ns
     codes: dict[int, tuple[str, int]] = field(default_factory=dict)  # code address -> (object file, offset)
+    ns_per_tick: float = 1.0  # what a TOOL record's ticks are in ns
 
 
-def read_events(path: Path) -> Events:
-    """The tool's records of one run (see _ompt.c for the layout)."""
-    if not path.is_file():
+def events_file(prefix: Path) -> Path:
+    """The one file of records the tool wrote for a run (``PREFIX.PID``), refused where there is none or several."""
+    found = [p for p in prefix.parent.glob(prefix.name + ".*") if p.suffix[1:].isdigit()]
+    if not found:
         raise SimschedError("the program ran, but no OMPT runtime loaded the recording tool: is the program "
-                            "linked statically, or with a run path to libgomp? (it must find its OpenMP "
-                            "runtime through LD_LIBRARY_PATH)")
+                            "linked statically, or with a run path (DT_RPATH) to libgomp? It must find its "
+                            "OpenMP runtime through LD_LIBRARY_PATH")
+    if len(found) > 1:
+        raise SimschedError(f"the program ran {len(found)} OpenMP processes (a script that runs several, or a "
+                            "program that forks): record one OpenMP program at a time")
+    return found[0]
+
+
+def read_events(prefix: Path) -> Events:
+    """The tool's records of one run (see _ompt.c for the layout), every length checked."""
+    path = events_file(prefix)
     data = path.read_bytes()
-    header = np.frombuffer(data[:HEADER_WORDS * 8], dtype="<u8")
-    if header.size < HEADER_WORDS or int(header[0]) != MAGIC:
+
+    def cut(start: int, size: int) -> bytes:
+        if start + size > len(data):
+            raise SimschedError(f"{path}: the tool's records end early ({len(data)} bytes): was the program "
+                                "stopped while it wrote them?")
+        return data[start:start + size]
+
+    header = np.frombuffer(cut(0, HEADER_WORDS * 8), dtype="<u8")
+    if int(header[0]) != MAGIC:
         raise SimschedError(f"{path}: not a recording of simsched's OMPT tool")
     tick0, ns0, tick1, ns1, threads, refused_count = (int(x) for x in header[2:])
     offset = HEADER_WORDS * 8
-    refused = [int(x) for x in np.frombuffer(data[offset:offset + 8 * refused_count], dtype="<u8")]
+    refused = [int(x) for x in np.frombuffer(cut(offset, 8 * refused_count), dtype="<u8")]
     offset += 8 * refused_count
-    version = data[offset:offset + VERSION_BYTES].split(b"\0")[0].decode(errors="replace")
+    version = cut(offset, VERSION_BYTES).split(b"\0")[0].decode(errors="replace")
     offset += VERSION_BYTES
     ns_per_tick = (ns1 - ns0) / (tick1 - tick0) if tick1 > tick0 else 1.0
     by_thread: dict[int, np.ndarray] = {}
     for _ in range(threads):
-        thread, count = (int(x) for x in np.frombuffer(data[offset:offset + 16], dtype="<u8"))
+        thread, count = (int(x) for x in np.frombuffer(cut(offset, 16), dtype="<u8"))
         offset += 16
-        records = np.frombuffer(data[offset:offset + count * RECORD_DTYPE.itemsize], dtype=RECORD_DTYPE)
+        by_thread[thread] = np.frombuffer(cut(offset, count * RECORD_DTYPE.itemsize), dtype=RECORD_DTYPE)
         offset += count * RECORD_DTYPE.itemsize
-        by_thread[thread] = records
-    events = Events(version, refused)
+    if offset != len(data):
+        raise SimschedError(f"{path}: {len(data) - offset} bytes after the tool's records: not one run's file")
+    events = Events(version, refused, ns_per_tick=ns_per_tick)
     times = np.dtype([(name, "<f8" if name == "time" else "<u8") for name in RECORD_DTYPE.names])
     for thread in sorted(by_thread):
         raw = by_thread[thread]
@@ -281,7 +310,7 @@ def check_callbacks(events: Events, runtime: Runtime) -> None:
     if missing:
         raise SimschedError(f"the runtime {runtime.path} ({events.runtime_version or runtime.name}) does not "
                             f"deliver {', '.join('ompt_callback_' + m for m in missing)}: use Intel's libiomp5 "
-                            f"(pip install intel-openmp) or LLVM's libomp {FIRST_LLVM_WITH_CHUNKS} or later")
+                            f"(pip install --no-deps intel-openmp) or LLVM's libomp {FIRST_LLVM_WITH_CHUNKS} or later")
 
 
 @functools.lru_cache(maxsize=4096)

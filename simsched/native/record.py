@@ -98,6 +98,10 @@ def check_out(path: str) -> Path:
     out = check_output(path, "--out")
     if out.suffix.lower() not in SUFFIXES:
         raise SimschedError(f"--out {path}: a trace is a {', '.join(SUFFIXES)} file (by its suffix)")
+    if out.suffix.lower() == ".parquet":
+        from ..errors import parquet
+
+        parquet(f"--out {path}")  # an optional reader missing is said now, not after the work
     return out
 
 

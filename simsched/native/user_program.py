@@ -61,6 +61,7 @@ class Instance:
     position: int  # its place among the region's loops
     code: int
     count: int
+    schedule: str = ""  # the schedule the runtime says it ran ("static", "dynamic", "guided"; "" unknown)
     begins: dict[int, float] = field(default_factory=dict)  # thread -> when it entered the loop
     ends: dict[int, float] = field(default_factory=dict)
     chunks: list[np.ndarray] = field(default_factory=list)  # per thread: (start, iterations, begin, end) rows
@@ -119,6 +120,8 @@ def parse_run(events: ompt.Events) -> Run:
     nested = tasks = iterations = 0
     for thread, records in enumerate(events.threads):
         kinds, times = records["kind"], records["time"]
+        # What the tool spent making record blocks, up to each record: taken off the chunks it fell in.
+        made = np.cumsum(np.where(kinds == ompt.TOOL, records["b"].astype(float) * events.ns_per_tick, 0.0))
         positions: dict[int, int] = {}
         opened: tuple[Instance, int] | None = None
         nested += int(np.count_nonzero((kinds == ompt.IMPLICIT_BEGIN) & (records["c"] > 1)))
@@ -132,8 +135,9 @@ def parse_run(events: ompt.Events) -> Run:
                 position = positions.get(region, 0)
                 positions[region] = position + 1
                 count = int(records["b"][i + 1]) if i + 1 < kinds.size and kinds[i + 1] == ompt.COUNT else 0
+                work = ompt.LOOP_WORK[int(records["b"][i]) >> 32]
                 inst = instances.setdefault((region, position),
-                                            Instance(region, position, int(records["c"][i]), count))
+                                            Instance(region, position, int(records["c"][i]), count, work))
                 inst.begins[thread] = float(times[i])
                 opened = (inst, i)
             elif opened is not None:
@@ -144,7 +148,7 @@ def parse_run(events: ompt.Events) -> Run:
                 # tasks its iterations create (and their taskwaits) are records inside it.
                 until = np.append(chunk[1:], i)[:chunk.size]
                 rows = np.column_stack((records["b"][chunk].astype(np.int64), records["c"][chunk].astype(np.int64),
-                                        times[chunk], times[until]))
+                                        times[chunk], times[until] - (made[until - 1] - made[chunk])))
                 while len(inst.chunks) <= thread:
                     inst.chunks.append(np.empty((0, 4)))
                 inst.chunks[thread] = rows
@@ -199,17 +203,40 @@ def iteration_costs(inst: Instance, name: str, empty_ns: float) -> np.ndarray:
     starts, sizes = table[:, 1].astype(np.int64), table[:, 2].astype(np.int64)
     order = np.argsort(starts, kind="stable")
     starts, sizes = starts[order], sizes[order]
-    # Chunks report the loop variable's first value: with a step other than 1, consecutive starts say the step.
+    # A chunk reports the lowest value its loop variable takes in it; with a step other than 1, consecutive
+    # chunks say the step. Each must then start a whole number of steps after the first.
     step = 1
-    if starts.size > 1 and sizes[0] > 0:
+    if starts.size > 1 and sizes[0] > 0 and (starts[1] - starts[0]) % sizes[0] == 0:
         step = int((starts[1] - starts[0]) // sizes[0]) or 1
-    logical = (starts - starts[0]) // step
-    if (np.any(sizes <= 0) or logical[0] != 0 or np.any(logical[1:] != np.cumsum(sizes)[:-1])
+    offsets = starts - starts[0]
+    logical = offsets // step
+    if (np.any(sizes <= 0) or np.any(offsets % step) or np.any(logical[1:] != np.cumsum(sizes)[:-1])
             or int(sizes.sum()) != inst.count):
         raise SimschedError(f"loop {name}: the runtime's chunks do not cover its {inst.count} iterations exactly "
                             "once")
+    if _counts_down(table, inst.schedule):
+        order = order[::-1]  # the program runs the highest values first
     spans = (table[order, 4] - table[order, 3]) - empty_ns
+    sizes = table[order, 2].astype(np.int64)
     return np.repeat(np.maximum(spans, 0.0) / sizes, sizes)
+
+
+def _counts_down(table: np.ndarray, schedule: str) -> bool:
+    """Whether a loop's chunks ran from its highest values down: a thread's later chunks start lower; with one
+    chunk a thread, under a dynamic or guided schedule the first chunk handed out starts highest, under a
+    static one (the recording's, or one the runtime does not name) thread 0's, which holds the first."""
+    threads, starts, begins = table[:, 0], table[:, 1], table[:, 3]
+    votes = 0
+    for thread in np.unique(threads):
+        mine = starts[threads == thread]  # in the order the thread was given them
+        votes += int(np.sign(np.diff(mine)).sum())
+    if votes:
+        return votes < 0
+    if starts.size < 2:
+        return False
+    if schedule in ("dynamic", "guided"):
+        return bool(starts[np.argmin(begins)] == starts.max())
+    return bool(starts[threads == threads.min()][0] == starts.max())  # static (the recording's schedule)
 
 
 @dataclass
@@ -228,22 +255,18 @@ def _median_ns(output: str) -> float:
 
 def probe_runtime(runtime: ompt.Runtime, shim: Path, threads: int, folder: Path, timeout_s: float) -> Probe:
     """Run the probe loop (empty iterations, static,1) with the tool and without it."""
-    import subprocess
-
     binary = openmp.build("omp_record_probe", folder)
     if binary is None:
         raise SimschedError("no C compiler builds OpenMP programs here (cc -fopenmp), so the runtime's chunk "
-                            "cost cannot be measured: install one, or give --block K and --empty-chunk-ns")
+                            "cost cannot be measured: install one (the recording's probe needs it)")
     command = [str(binary), str(PROBE_ITERATIONS), str(PROBE_REPEAT)]
     chunks_per_thread = PROBE_ITERATIONS / threads
     times = {}
     for tool in (False, True):
         events = folder / "probe.events" if tool else None
         env = ompt.environment(runtime, shim, threads, "static,1", events)
-        out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
-        if out.returncode != 0:
-            raise SimschedError(f"the runtime probe failed on {runtime.path}: {out.stderr.strip()[:200]}")
-        times[tool] = _median_ns(out.stdout)
+        out, _ = ompt.run_program(command, env, timeout_s, f"the runtime probe on {runtime.path}", output=True)
+        times[tool] = _median_ns(out)
     events = ompt.read_events(folder / "probe.events")
     ompt.check_callbacks(events, runtime)
     spans = []
@@ -273,13 +296,14 @@ class Recorder:
     def run(self, schedule: str, what: str, chunks: bool = True) -> Run:
         """One run of the program under ``schedule``, parsed (without its chunks unless ``chunks``)."""
         self.runs += 1
-        events_path = self.folder / f"run{self.runs}.events"
-        env = ompt.environment(self.runtime, self.shim, self.threads, schedule, events_path, chunks)
+        prefix = self.folder / f"run{self.runs}.events"
+        env = ompt.environment(self.runtime, self.shim, self.threads, schedule, prefix, chunks)
         ompt.run_program(self.command, env, self.timeout_s, what)
-        events = ompt.read_events(events_path)
+        events = ompt.read_events(prefix)
         ompt.check_callbacks(events, self.runtime)
         run = parse_run(events)
-        events_path.unlink()
+        for done in self.folder.glob(prefix.name + ".*"):
+            done.unlink()
         if not run.instances:
             raise SimschedError(f"{what}: the program ran no worksharing loop the runtime reports (does it use "
                                 "OpenMP loops with schedule(runtime), dynamic or guided?)")
@@ -296,7 +320,8 @@ def check_recordable(command: list[str], runtime: str | None) -> ompt.Runtime:
         libraries = ompt.openmp_libraries(program)
         if libraries and all(ompt.GOMP.match(name) for name in libraries):
             raise SimschedError(f"program {program} runs on GCC's libgomp, which has no tool interface (OMPT), and "
-                                "no OMPT runtime is installed to run it on instead: pip install intel-openmp (or "
+                                "no OMPT runtime is installed to run it on instead: pip install --no-deps "
+                                "intel-openmp (or "
                                 f"Debian's libomp5-{ompt.FIRST_LLVM_WITH_CHUNKS}), then record again") from None
         raise exc
     ompt.tool_path()
@@ -355,7 +380,7 @@ def record_program(command: list[str], threads: int = DEFAULT_THREADS, repeat: i
         if probe.runtime_ns_per_chunk > DEBUG_CHUNK_NS:
             warnings.warn(f"the runtime {chosen.path} takes {probe.runtime_ns_per_chunk:.0f} ns a chunk (a debug "
                           "build?): its chunk costs weigh in every measured loop; Intel's libiomp5 (pip install "
-                          "intel-openmp) takes tens of ns")
+                          "--no-deps intel-openmp) takes tens of ns")
         if block is None:
             progress("a first run under a static schedule, to choose the chunk size")
             pilot = recorder.run("static", "the first run (OMP_SCHEDULE=static)")
@@ -380,6 +405,11 @@ def combine(runs: list[Run], command: list[str], runtime: ompt.Runtime, probe: P
         notes.append(f"the program's loops differ between runs ({len(runs) - len(kept)} of {len(runs)} runs had "
                      "other loops or trip counts): costs come from the runs like the first")
     first = kept[0]
+    compiled = compiled_schedules(first, "static")
+    if compiled:
+        notes.append(f"loop(s) {', '.join(compiled)} ran a schedule compiled into them, not OMP_SCHEDULE's: "
+                     "their costs come from that schedule's chunks, and no OMP_SCHEDULE changes them (compile "
+                     "them with schedule(runtime))")
     loops = []
     for k, name in enumerate(first.names):
         samples = np.stack([iteration_costs(run.instances[k], name, probe.empty_chunk_ns) for run in kept])
@@ -415,6 +445,13 @@ def combine(runs: list[Run], command: list[str], runtime: ompt.Runtime, probe: P
     return Recording(loops, first.names, [name.rpartition("#")[0] for name in first.names], serial, meta, table)
 
 
+def compiled_schedules(run: Run, kind: str) -> list[str]:
+    """The loop sites of ``run`` whose runtime says it ran another schedule than OMP_SCHEDULE's ``kind``."""
+    sites = [name.rpartition("#")[0] for name, inst in zip(run.names, run.instances)
+             if inst.schedule not in ("", "other", kind)]
+    return list(dict.fromkeys(sites))
+
+
 def chunk_table_path(out: Path) -> Path:
     """Where the recording's own chunk table goes: beside the trace, ``NAME.chunks.csv``."""
     return out.with_name(out.name[: -len(out.suffix)] + ".chunks.csv")
@@ -428,8 +465,12 @@ def write_recording(out: Path, recording: Recording) -> Path:
     table_path = chunk_table_path(out)
     write_whole(table_path, lambda partial: recording.chunks.to_csv(partial, index=False))
     meta = {**recording.meta, "chunk_table": table_path.name}
-    return write_trace(out, recording.loops, names=recording.names, phases=recording.phases,
-                       serial_ns=recording.serial_ns, metadata=meta)
+    try:
+        return write_trace(out, recording.loops, names=recording.names, phases=recording.phases,
+                           serial_ns=recording.serial_ns, metadata=meta)
+    except BaseException:
+        table_path.unlink(missing_ok=True)  # both files or neither
+        raise
 
 
 # ---- validation -------------------------------------------------------------------------------------------
@@ -509,6 +550,10 @@ def validate_program(command: list[str], trace: Path, machine, schedules=DEFAULT
     check_validation(trace, rounds)
     check_counts(threads, 1, None, timeout_s)
     model = load_machine(machine)
+    if isinstance(machine, (str, Path)) and Path(machine).is_file():
+        from .validate import warn_if_doubtful
+
+        warn_if_doubtful(Path(machine), Path(machine).read_text(encoding="utf-8", errors="replace").splitlines())
     schedules = list(schedules)
     for schedule in schedules:
         scheduler_for(schedule)
@@ -517,6 +562,7 @@ def validate_program(command: list[str], trace: Path, machine, schedules=DEFAULT
     measured: dict[str, list[dict[str, list[float]]]] = {schedule: [] for schedule in schedules}
     spans: dict[str, list[float]] = {schedule: [] for schedule in schedules}
     shapes: dict[str, list[list[str]]] = {schedule: [] for schedule in schedules}
+    ignored: dict[str, set[str]] = {schedule: set() for schedule in schedules}  # sites OMP_SCHEDULE did not reach
     with ompt.scratch() as scratch:
         recorder = Recorder(list(command), threads, chosen, Path(scratch), timeout_s)
         # Round after round, every schedule once: a change in the host's load falls on all of them alike.
@@ -528,7 +574,12 @@ def validate_program(command: list[str], trace: Path, machine, schedules=DEFAULT
                 measured[schedule].append(_by_site(run.names, [inst.end - inst.begin for inst in run.instances]))
                 spans[schedule].append(run.span_ns)
                 shapes[schedule].append(run.names)
+                ignored[schedule].update(compiled_schedules(run, schedule.partition(",")[0].strip().lower()))
     load.append(os.getloadavg()[0])
+    for schedule, sites in ignored.items():
+        if sites:
+            warnings.warn(f"under OMP_SCHEDULE={schedule}, loop(s) {', '.join(sorted(sites))} ran the schedule "
+                          "compiled into them: their measured times are not that schedule's")
     rows, program = [], []
     for schedule in schedules:
         spec = scheduler_for(schedule)
@@ -542,7 +593,8 @@ def validate_program(command: list[str], trace: Path, machine, schedules=DEFAULT
             rows.append({"loop": site, "schedule": schedule, "measured_ns": value, "simulated_ns": sim_ns,
                          "error": _error(sim_ns, value), "instances": float(np.median(counts)),
                          "trace_instances": len(times), "measured_min_ns": min(per_round, default=math.nan),
-                         "measured_max_ns": max(per_round, default=math.nan)})
+                         "measured_max_ns": max(per_round, default=math.nan),
+                         "schedule_followed": site not in ignored[schedule]})
         value = float(np.median(spans[schedule]))
         program.append({"schedule": schedule, "measured_ns": value, "simulated_ns": result.makespan_ns,
                         "error": _error(result.makespan_ns, value), "scheduler": spec,
@@ -561,7 +613,8 @@ def format_validation(report: dict) -> str:
     for row in report["rows"]:
         lines.append(f"{row['loop']:<28} {row['schedule']:<12} {row['instances']:>9g} "
                      f"{row['measured_ns'] / 1e3:12.1f} {row['simulated_ns'] / 1e3:13.1f} {error(row):>8}  "
-                     f"{row['measured_min_ns'] / 1e3:>10.1f}-{row['measured_max_ns'] / 1e3:<10.1f}")
+                     f"{row['measured_min_ns'] / 1e3:>10.1f}-{row['measured_max_ns'] / 1e3:<10.1f}"
+                     + ("" if row["schedule_followed"] else "  (ran its compiled schedule)"))
     lines.append("")
     lines.append(f"whole program ({report['threads']} threads, {report['runtime']}, median of {report['rounds']} "
                  f"rounds, simulated on {report['machine']}; load average {report['load_average'][0]:.2f} "

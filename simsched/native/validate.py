@@ -20,6 +20,14 @@ from .calibrate import DOUBTFUL
 from .memprobe import half_private
 
 
+def warn_if_doubtful(path: Path, lines: list[str]) -> None:
+    """Warn when ``native calibrate --force`` wrote machine file ``path`` (its ``lines``) from doubtful figures."""
+    if any(line.startswith(DOUBTFUL) for line in lines):
+        warnings.warn(f"machine file {path} was calibrated on a busy host and written with --force (see its "
+                      "header): its figures, and every comparison with them, may be far off", RuntimeWarning,
+                      stacklevel=3)
+
+
 def durations_us(points: int, low_us: float = 1.0, high_us: float = 1000.0) -> np.ndarray:
     """The loop durations T of the sweep, log-spaced."""
     return np.logspace(np.log10(low_us), np.log10(high_us), points)
@@ -142,10 +150,7 @@ def check_machine_file(path: str | Path) -> Path:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
         lines = []  # load_machine says what is wrong with it
-    if any(line.startswith(DOUBTFUL) for line in lines):
-        warnings.warn(f"machine file {path} was calibrated on a busy host and written with --force (see its "
-                      "header): its figures, and every comparison with them, may be far off", RuntimeWarning,
-                      stacklevel=2)
+    warn_if_doubtful(path, lines)
     if any(line.strip() == "[openmp]" for line in lines):
         # The native runtime is what these commands run; the file's loop and chunk costs are another runtime's.
         warnings.warn(f"machine file {path} has an OpenMP runtime's loop_setup and chunk (native calibrate "

@@ -1,6 +1,6 @@
-"""The scheduler registry: names from SCHEDULERS.md mapped to their implementations.
+"""The schedulers by name: every Scheduler subclass with a ``name`` of its own, in this package or a plugin.
 
-Every concrete Scheduler subclass with a ``name`` in the modules below is registered.
+See :mod:`simsched.registry` for how a class registers, and :mod:`simsched.plugins` for plugins.
 """
 
 from __future__ import annotations
@@ -8,20 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import SimschedError
+from ..registry import SCHEDULERS, import_modules
 from ..spec import parse_spec
-from . import (adaptive, binlpt, dls, finegrain, hybrid, ich, lbs, selfsched, static, staticsteal,  # noqa: F401
-               stealing, tbb)  # (registration)
 from .base import Scheduler
 
+import_modules(__name__, __path__)  # every module here: the schedulers they define register themselves
 
-def _concrete(cls):
-    for sub in cls.__subclasses__():
-        if sub.name:
-            yield sub
-        yield from _concrete(sub)
-
-
-REGISTRY: dict[str, type[Scheduler]] = {cls.name: cls for cls in _concrete(Scheduler)}
+# Scheduler classes by name (the registry itself: a plugin's scheduler appears here once it is imported).
+REGISTRY: dict[str, type[Scheduler]] = SCHEDULERS
 
 
 def get_scheduler(spec: str | Scheduler, **params: Any) -> Scheduler:
@@ -33,6 +27,10 @@ def get_scheduler(spec: str | Scheduler, **params: Any) -> Scheduler:
             return type(spec)(**{**given, **params})
         return spec
     name, given = parse_spec(spec, "scheduler")
+    if name not in REGISTRY:
+        from .. import plugins
+
+        plugins.load_automatic()  # $SIMSCHED_PLUGINS and installed packages' entry points, once
     if name not in REGISTRY:
         raise SimschedError(f"unknown scheduler {name!r} (known: {', '.join(REGISTRY)})")
     return REGISTRY[name](**{**given, **params})

@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Generator, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from ..registry import SCHEDULERS, on_subclass
 from ..spec import Param, format_spec, resolve_params
+
+if TYPE_CHECKING:
+    from simpy.events import Event, Process
+
+    from ..engine import Simulation
+
+# What a worker's hooks return: SimPy process steps, run inside the worker's process (``yield from``).
+Steps = Generator["Event", Any, Any]
 
 
 class Scheduler:
-    """A parallel-loop scheduling algorithm; ``worker`` is the SimPy process each worker runs."""
+    """A parallel-loop scheduling algorithm; ``worker`` is the SimPy process each worker runs.
+
+    A subclass with a ``name`` of its own is registered when it is defined. Its ``PARAMS`` are
+    what a spec may set (checked into ``self.params`` by ``__init__``); a check no single
+    ``Param`` can make belongs in ``__init__``, after ``super().__init__``, raising
+    ``SimschedError``. One Scheduler object runs one simulation at a time: ``setup`` starts each.
+    """
 
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
@@ -19,6 +35,11 @@ class Scheduler:
     NESTED: ClassVar[bool] = False
     # Whether it charges chunks for their data (Simulation.chunk_time once per chunk, when it starts).
     LOCALITY: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any):
+        # Defining a subclass with a name of its own registers it: built-in schedulers and plugins alike.
+        super().__init_subclass__(**kwargs)
+        on_subclass(SCHEDULERS, cls)
 
     def __init__(self, **params: Any):
         self.params = resolve_params(f"scheduler {self.name}", self.PARAMS, params)
@@ -39,13 +60,15 @@ class Scheduler:
         refuses a run by it before anything runs)."""
         return 1
 
-    def setup(self, sim) -> None:
-        """Allocate the run's shared lines before the workers start."""
+    def setup(self, sim: Simulation) -> None:
+        """Allocate the run's shared lines (``sim.memory.line``) and state before the workers start."""
 
-    def worker(self, sim, w: int):
+    def worker(self, sim: Simulation, w: int) -> Steps:
+        """The SimPy process of worker ``w``: every loop of ``sim.loops``, each of its iterations run exactly
+        once by some worker (``sim.run_chunk``), ``sim.loop_end[index]`` set when loop ``index`` ends."""
         raise NotImplementedError
 
-    def completion(self, sim, processes):
+    def completion(self, sim: Simulation, processes: Sequence[Process]) -> Event:
         """The event that ends the run: by default the master (worker 0) finishing its program."""
         return processes[0]
 
@@ -57,13 +80,13 @@ class ForkJoin(Scheduler):
     worker gets its iterations (``share``).
     """
 
-    def setup(self, sim) -> None:
+    def setup(self, sim: Simulation) -> None:
         # The loop descriptor (body, bounds, schedule) the master writes and every worker reads.
         self.descriptor = sim.memory.line("loop.descriptor", -1, home=0)
         # Reduction views, when the loop has a reduction (subclasses decide how they are combined).
         self.views = None
 
-    def worker(self, sim, w: int):
+    def worker(self, sim: Simulation, w: int) -> Steps:
         for index in range(len(sim.loops)):
             if w == 0:
                 yield from sim.serial_code(0, index)
@@ -83,16 +106,21 @@ class ForkJoin(Scheduler):
             if w == 0:
                 sim.loop_end[index] = sim.env.now
 
-    def prepare(self, sim, index: int) -> None:
-        """Master-side set-up of loop ``index`` before it is published."""
+    def prepare(self, sim: Simulation, index: int) -> None:
+        """Master-side set-up of loop ``index`` before it is published, e.g. a fresh shared counter for it:
+        runs on worker 0, in no simulated time of its own (the ``loop_setup`` cost that follows covers it)."""
 
-    def fork(self, sim, w: int):
+    def fork(self, sim: Simulation, w: int) -> Steps:
+        """Worker ``w``'s start of a loop: the synchronization after which it may read the published loop."""
         raise NotImplementedError
 
-    def join(self, sim, w: int):
+    def join(self, sim: Simulation, w: int) -> Steps:
+        """Worker ``w``'s end of a loop: the synchronization after which the master may go on."""
         raise NotImplementedError
 
-    def share(self, sim, w: int, index: int):
+    def share(self, sim: Simulation, w: int, index: int) -> Steps:
+        """Worker ``w`` runs its part of loop ``index``: claims iterations and runs them (``sim.run_chunk``)
+        until none is left for it."""
         raise NotImplementedError
 
 
@@ -105,7 +133,7 @@ def block(n: int, threads: int, w: int) -> tuple[int, int]:
     return (w * n) // threads, ((w + 1) * n) // threads
 
 
-def run_block(sim, w: int, index: int):
+def run_block(sim: Simulation, w: int, index: int) -> Steps:
     """Worker ``w`` runs its static block of loop ``index`` (nothing if the block is empty)."""
     yield sim.until(sim.run_chunks(w, index, [block(sim.loops[index].n, sim.threads, w)], sim.env.now))
 

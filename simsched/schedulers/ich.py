@@ -263,7 +263,8 @@ class Stealing(FullBarriers):
 
 
 class ICh(Stealing):
-    """Work stealing with chunks of |q|/d, each thread adapting d to its progress against the mean."""
+    """Work stealing with chunks of ``|q|/d`` (``|q|``: the iterations left in its queue), each thread adapting d
+    to its progress against the mean."""
 
     name = "ich"
     summary = "iCh: stealing with chunk |q|/d, d adapted against mean progress (eps)"

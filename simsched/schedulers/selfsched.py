@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from functools import partial
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from .. import memory as memory_module
+from ..errors import SimschedError
 from ..spec import Param
-from .base import STEALING_COUNTERS, block, default_grain
+from .base import STEALING_COUNTERS, Steps, block, default_grain
 from .runtimes import RUNTIME_PARAM, gnu_guided_size, llvm_guided_mode, llvm_guided_size, llvm_switch
 from .static import BARRIER_PARAM, OMP_BARRIER_PARAM, FullBarriers, OpenMPRuntime
+
+if TYPE_CHECKING:
+    from ..engine import Simulation
+    from ..loop import Loop
+    from ..memory import Line
 
 CHUNK_PARAM = Param("chunk", int, 1, lambda v: v >= 1, ">= 1",
                     help="chunk size (for guided, tss and fac2: the smallest chunk)")
@@ -25,7 +35,7 @@ class SelfScheduling(FullBarriers):
 
     PARAMS = {"chunk": CHUNK_PARAM, "barrier": BARRIER_PARAM}
 
-    def prepare(self, sim, index):
+    def prepare(self, sim: Simulation, index: int) -> None:
         # A fresh next-iteration counter per loop, initialised by the master with the descriptor.
         self.next = sim.memory.line(f"loop[{index}].next", 0, home=0)
 
@@ -163,9 +173,14 @@ class OmpGuided(OpenMPRuntime, SelfScheduling):
             yield sim.run_chunk(w, index, lo, hi, t)
 
 
-def claim_by_index(sim, w, index, line, ranges):
+def claim_by_index(sim: Simulation, w: int, index: int, line: Line,
+                   ranges: Sequence[tuple[int, int]]) -> Steps:
     """Run ``ranges[i]`` for each i claimed by fetch-and-add on ``line`` until a claim finds none left;
-    return when that failing claim completes, with how many chunks this worker claimed."""
+    return when that failing claim completes, with how many chunks this worker claimed.
+
+    Worker ``w`` runs it inside its process (``claimed = yield from claim_by_index(...)``); ``line``
+    is a counter from 0 that every worker of loop ``index`` claims from, and ``ranges`` the loop's
+    chunks in claim order (a list of (lo, hi), or anything with ``len`` and ``[i]``)."""
     return (yield from sim.drive(index_claims(sim, w, index, line, ranges)))
 
 
@@ -264,35 +279,68 @@ class IndexedChunks(SelfScheduling):
     This is how runtimes implement such schedules (libomp's trapezoidal one claims a
     chunk number, then computes its bounds): the claim is one atomic on a shared line,
     and the lookup of the chunk's bounds is part of the machine's per-chunk cost.
-    Building the table is counted in the master's loop set-up cost.
+    Building the table is counted in the master's loop set-up cost. A subclass (a chunk
+    rule, built-in or a plugin's) gives ``bounds``; native mode claims the same table.
     """
 
     COUNTERS = STEALING_COUNTERS
     # Whether the table draws from the run's generator: then every loop of a run gets a table of its own.
     RANDOM = False
 
-    def prepare(self, sim, index):
+    def prepare(self, sim: Simulation, index: int) -> None:
+        """Compute loop ``index``'s chunk table from ``bounds`` and allocate its claim counter."""
         loop = sim.loops[index]
-        bounds = self.bounds(loop.n, sim.threads, loop, sim.rng)
+        bounds = chunk_bounds(self, loop, sim.threads, sim.rng)
         self.ranges = list(zip(bounds[:-1], bounds[1:]))
         self.next = sim.memory.line(f"loop[{index}].chunk", 0, home=0)
 
-    def share(self, sim, w, index):
+    def share(self, sim: Simulation, w: int, index: int) -> Steps:
         yield from self.claim(sim, w, index)
 
-    def claim(self, sim, w, index):
+    def claim(self, sim: Simulation, w: int, index: int) -> Steps:
         """Claim and run chunks of the table until a claim finds none left; each fetch-and-add is a claim."""
         claimed = yield from claim_by_index(sim, w, index, self.next, self.ranges)
         sim.counters["claims"] += claimed + 1
         sim.counters["failed_claims"] += 1
 
-    def bounds(self, n, threads, loop, rng):
+    def bounds(self, n: int, threads: int, loop: Loop, rng: np.random.Generator) -> list[int]:
         """The chunk boundaries 0 = b0 < b1 < ... = n for ``loop`` (n iterations) on ``threads`` workers.
 
-        ``loop`` gives the iteration costs to rules that use their mean or deviation; ``rng``
-        is the run's one generator, for rules that draw.
+        ``loop`` gives the iteration costs to rules that use their mean or deviation
+        (``np.diff(loop.prefix)``); ``rng`` is the run's one generator, for rules that draw
+        (which set ``RANDOM = True``). The same rule computes the table natively.
         """
         raise NotImplementedError
+
+
+def chunk_bounds(rule: IndexedChunks, loop: Loop, threads: int, rng: np.random.Generator) -> list[int]:
+    """``rule.bounds`` for ``loop`` on ``threads`` workers, in the simulation and natively alike; the table of
+    a rule defined outside simsched (a plugin's) is checked before it is used, so that a wrong one is refused
+    in one line."""
+    bounds = rule.bounds(loop.n, threads, loop, rng)
+    if not type(rule).__module__.startswith("simsched."):
+        return check_bounds(f"scheduler {rule.name}", bounds, loop.n)
+    return bounds
+
+
+def check_bounds(owner: str, bounds, n: int) -> list[int]:
+    """``bounds`` as a list, refused unless integers 0 = b0 < b1 < ... = n (naming the first one wrong)."""
+    what = f"{owner}: bounds() must return integers 0 = b0 < b1 < ... = n ({n} here)"
+    try:
+        values = list(bounds)
+    except TypeError:
+        raise SimschedError(f"{what}; it returned {type(bounds).__name__}") from None
+    if not values:
+        raise SimschedError(f"{what}; it returned none")
+    for i, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise SimschedError(f"{what}; b{i} = {value!r} is not an integer")
+    if values[0] != 0 or values[-1] != n:
+        raise SimschedError(f"{what}; it returned b0 = {values[0]} ... b{len(values) - 1} = {values[-1]}")
+    for i in range(len(values) - 1):
+        if values[i + 1] <= values[i]:
+            raise SimschedError(f"{what}; b{i} = {values[i]} is followed by b{i + 1} = {values[i + 1]}")
+    return values
 
 
 class Trapezoid(IndexedChunks):

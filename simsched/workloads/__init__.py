@@ -12,6 +12,7 @@ from ..errors import SimschedError
 from ..locality import ELEMENT_BYTES, PATTERNS, PLACEMENTS, Footprint
 from ..loop import Loop, check_total
 from ..spec import Param, format_spec, parse_spec, resolve_params
+from ..registry import WORKLOADS, import_modules, on_subclass
 
 _N = Param("n", int, 1000, lambda v: v >= 1, ">= 1", help="number of iterations")
 _FINITE_NON_NEGATIVE = (lambda v: v >= 0, ">= 0")
@@ -48,6 +49,11 @@ class Workload:
     # state of its own), so that ``draw_loops`` may hand a later run the loops an earlier one drew.
     # A class says so itself: a subclass that draws otherwise does not inherit it.
     REUSABLE: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any):
+        # Defining a subclass with a name of its own registers it: built-in workloads and plugins alike.
+        super().__init_subclass__(**kwargs)
+        on_subclass(WORKLOADS, cls)
 
     def __init__(self, **params: Any):
         self.given = dict(params)
@@ -429,6 +435,7 @@ class ArrayWorkload(Workload):
     """Costs given directly as an array (API use)."""
 
     name = "array"
+    LISTED = False  # made from an array by get_workload, never named in a spec
     TOUCHES_DATA = False
 
     def __init__(self, costs):
@@ -446,18 +453,11 @@ class ArrayWorkload(Workload):
         return self._costs
 
 
-from .apps import App  # noqa: E402  (they subclass Workload, above)
-from .graphs import BFS, ConnectedComponents, PageRank  # noqa: E402
-from .kmeans import KMeans  # noqa: E402
-from .lavamd import LavaMD  # noqa: E402
-from .sparse import SpMV  # noqa: E402
-from .trace import Trace  # noqa: E402
+# Every module here: the workloads they define (subclasses of Workload, above) register themselves.
+import_modules(__name__, __path__)
 
-REGISTRY: dict[str, type[Workload]] = {
-    cls.name: cls for cls in (UForall, Uniform, Normal, Linear, ExpIncreasing, ExpDecreasing, FileCosts,
-                              Nested, BlockMatmul, Arrays,
-                              BFS, PageRank, ConnectedComponents, SpMV, LavaMD, KMeans, App, Trace)
-}
+# Workload classes by name (the registry itself: a plugin's workload appears here once it is imported).
+REGISTRY: dict[str, type[Workload]] = WORKLOADS
 
 
 # The loops this process drew lately, by workload and generator state: a sweep runs one workload on
@@ -498,6 +498,10 @@ def get_workload(spec: "str | Workload | np.ndarray", **params: Any) -> Workload
     if isinstance(spec, (np.ndarray, list, tuple)):
         return ArrayWorkload(spec)
     name, given = parse_spec(spec, "workload")
+    if name not in REGISTRY:
+        from .. import plugins
+
+        plugins.load_automatic()  # $SIMSCHED_PLUGINS and installed packages' entry points, once
     if name not in REGISTRY:
         raise SimschedError(f"unknown workload {name!r} (known: {', '.join(REGISTRY)})")
     return REGISTRY[name](**{**given, **params})

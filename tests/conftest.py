@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +57,15 @@ def run_json(main):
         assert proc.returncode == 0, proc.stderr
         return json.loads(proc.stdout)
     return call
+
+
+# The fast tier: ``python -m pytest -m "not slow"`` leaves out the tests tools/slow_tests.py measured slow.
+SLOW_TESTS = Path(__file__).with_name("slow_tests.txt")
+
+
+def pytest_collection_modifyitems(config, items):
+    slow = {line.strip() for line in SLOW_TESTS.read_text().splitlines()
+            if line.strip() and not line.startswith("#")} if SLOW_TESTS.is_file() else set()
+    for item in items:
+        if item.nodeid in slow or item.nodeid.split("::")[0] in slow:  # a test, or a whole file
+            item.add_marker(pytest.mark.slow)

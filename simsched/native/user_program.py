@@ -287,7 +287,6 @@ class Recorder:
     runtime: ompt.Runtime
     folder: Path
     timeout_s: float
-    probe: Probe | None = None
     runs: int = 0
 
     def __post_init__(self):
@@ -482,18 +481,11 @@ def scheduler_for(schedule: str) -> str:
     if kind not in SCHEDULE_KINDS:
         raise SimschedError(f"--schedules: {schedule!r} is not an OMP_SCHEDULE value simsched models "
                             "(static[,K], dynamic[,K] or guided[,K])")
-    if comma:  # "static," too: the runtime ignores such a value, so the runs would not be under it
-        try:
-            k = int(chunk)
-        except ValueError:
-            k = 0
-        if k < 1:
-            raise SimschedError(f"--schedules: {schedule!r}: the chunk size must be an integer >= 1")
-    else:
-        k = 0
-    spec = f"omp-{kind}"
-    params = ([f"chunk={k}"] if k else (["chunk=1"] if kind == "dynamic" else [])) + ["runtime=llvm"]
-    return f"{spec}:{','.join(params)}"
+    # "static," too is refused: the runtime ignores such a value, so the runs would not be under it.
+    if comma and not (chunk.strip().isdigit() and int(chunk) >= 1):
+        raise SimschedError(f"--schedules: {schedule!r}: the chunk size must be an integer >= 1")
+    k = int(chunk) if comma else (1 if kind == "dynamic" else 0)  # dynamic's default chunk is 1
+    return f"omp-{kind}:" + ",".join(([f"chunk={k}"] if k else []) + ["runtime=llvm"])
 
 
 def split_schedules(text: str) -> list[str]:

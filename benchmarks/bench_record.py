@@ -27,7 +27,7 @@ def main() -> None:
     parser.add_argument("--runtime", help="libiomp5.so or libomp.so.5 (default: the first found)")
     args = parser.parse_args()
     runtime = ompt.find_runtime(args.runtime)
-    print(f"runtime {runtime.name} at {runtime.path}; {args.threads} threads; load average "
+    print(f"runtime {runtime.label} at {runtime.path}; {args.threads} threads; load average "
           f"{os.getloadavg()[0]:.2f} at the start")
     rows = []
     with tempfile.TemporaryDirectory() as folder:

@@ -22,6 +22,7 @@ import simpy
 
 import simsched
 from simsched import memory
+from simsched.simpy_access import event_count
 from simsched.sweep import load_experiment, run_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +53,7 @@ def bare_simpy_rate(processes: int, events: int) -> float:
         env.process(proc())
     start = time.perf_counter()
     env.run()
-    return next(env._eid) / (time.perf_counter() - start)  # every scheduled event, as Result.events counts them
+    return event_count(env) / (time.perf_counter() - start)  # every scheduled event, as Result.events counts them
 
 
 def family_rates(machine, scheduler, workload, threads, repeats):

@@ -1,17 +1,22 @@
-/* The simulator's hottest loop in C: the self-scheduling claim, one chunk per step.
+/* The simulator's hottest loops in C: the self-scheduling claim (``claims``, one chunk per step), and the
+ * chunked-stealing loop (``steals``: the owner's takes and chunks, with iCh's policy compiled in).
  *
- * simsched.schedulers.selfsched.index_claims is the reference: this iterator takes the same
- * steps with the same floating-point operations in the same order, so a run gives the same
- * result bit for bit with or without it (tests/test_memory.py runs both). It is used only
- * where that Python loop issues the claim inline (see simsched.memory.INLINE), and the module
- * is optional: without a C compiler the Python loop runs.
+ * Their Python loops are the reference (simsched.schedulers.selfsched.index_claim_steps and
+ * simsched.schedulers.stealing.Stealing.python_steps, with simsched.schedulers.ich.ICh's hooks): these
+ * iterators take the same steps with the same floating-point operations in the same order, so a run gives
+ * the same result bit for bit with or without them (tests/test_memory.py runs both). They are used only
+ * where those Python loops issue their line operations inline (see simsched.memory.INLINE), and the module
+ * is optional: without a C compiler the Python loops run.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <structmember.h>
 
-static PyObject *s_now;
+/* The simulation clock: a slot of the run's environment (simsched.simpy_access.Environment), which
+ * simsched.memory hands to ``bind_clock`` as the module is imported. */
+static PyTypeObject *env_type;
+static Py_ssize_t clock_offset;
 
 /* A modeled line's fields (simsched.memory.Line), read and written in its __slots__ directly, as
  * their member descriptors do it, without an attribute look-up each. */
@@ -81,10 +86,35 @@ static int as_long(PyObject *v, long long *out) {
 static int field_double(PyObject *line, enum field f, double *out) { return as_double(field(line, f), out); }
 static int field_long(PyObject *line, enum field f, long long *out) { return as_long(field(line, f), out); }
 
-/* The simulation clock: the environment's ``_now``, read from its instance dict. */
-static int clock_now(PyObject *env_dict, double *out) {
-    PyObject *now = PyDict_GetItemWithError(env_dict, s_now);
-    if (now == NULL && !PyErr_Occurred()) PyErr_SetString(PyExc_AttributeError, "environment has no _now");
+/* bind_clock(slot): read the clock through ``slot``, the member descriptor of the environment's clock
+ * (simsched.simpy_access.clock_slot()). */
+static PyObject *bind_clock(PyObject *module, PyObject *slot) {
+    if (!Py_IS_TYPE(slot, &PyMemberDescr_Type) || ((PyMemberDescrObject *)slot)->d_member->type != T_OBJECT_EX) {
+        PyErr_SetString(PyExc_TypeError, "bind_clock: expected the member descriptor of an object slot");
+        return NULL;
+    }
+    PyTypeObject *type = ((PyMemberDescrObject *)slot)->d_common.d_type;
+    Py_INCREF(type);
+    Py_XSETREF(env_type, type);
+    clock_offset = ((PyMemberDescrObject *)slot)->d_member->offset;
+    Py_RETURN_NONE;
+}
+
+/* Check that ``env`` is of the type whose clock is bound; -1 with an error set. */
+static int check_env(PyObject *env) {
+    if (env_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "simsched._speedups: no clock bound (bind_clock)");
+        return -1;
+    }
+    if (PyObject_TypeCheck(env, env_type)) return 0;
+    PyErr_Format(PyExc_TypeError, "expected a %s, got %s", env_type->tp_name, Py_TYPE(env)->tp_name);
+    return -1;
+}
+
+/* The simulation clock, read from its slot in the environment. */
+static int clock_now(PyObject *env, double *out) {
+    PyObject *now = *(PyObject **)((char *)env + clock_offset);
+    if (now == NULL) PyErr_SetString(PyExc_AttributeError, "the environment has no clock");
     return as_double(now, out);
 }
 
@@ -201,7 +231,7 @@ static PyObject *stop_with(PyObject *value) {
 typedef struct {
     PyObject_HEAD
     Sink sink;
-    PyObject *env_dict, *line, *into, *ranges, *notify, *finish;
+    PyObject *env, *line, *into, *ranges, *notify, *finish;
     long long w, k, count, n;
     double atomic_ns;
     long long chunks, transfers;
@@ -210,7 +240,7 @@ typedef struct {
 } Claims;
 
 static void Claims_dealloc(Claims *self) {
-    Py_XDECREF(self->env_dict); Py_XDECREF(self->line); Py_XDECREF(self->into); Py_XDECREF(self->ranges);
+    Py_XDECREF(self->env); Py_XDECREF(self->line); Py_XDECREF(self->into); Py_XDECREF(self->ranges);
     Py_XDECREF(self->notify); Py_XDECREF(self->finish);
     Sink_clear(&self->sink);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -256,7 +286,7 @@ static PyObject *Claims_next(Claims *self) {
     if (self->done) return NULL;
     double now, t;
     long long i;
-    if (clock_now(self->env_dict, &now) < 0
+    if (clock_now(self->env, &now) < 0
         || fetch_add(self->line, self->w, self->sink.worker, 1, now, self->into, self->atomic_ns, self->notify, &i, &t,
                      &self->transfers) < 0)
         return NULL;
@@ -303,10 +333,11 @@ static PyObject *Claims_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         Py_DECREF(self);
         return NULL;
     }
-    if (bind_line(line) < 0 || (self->env_dict = PyObject_GetAttrString(env, "__dict__")) == NULL) {
+    if (bind_line(line) < 0 || check_env(env) < 0) {
         Py_DECREF(self);
         return NULL;
     }
+    Py_INCREF(env); self->env = env;
     Py_INCREF(line); self->line = line;
     Py_INCREF(into); self->into = into;
     Py_INCREF(ranges); self->ranges = ranges;
@@ -469,11 +500,11 @@ static int read_line(PyObject *line, long long w, PyObject *worker, double at, P
 /* ICh.report: worker w finished a chunk of ``size``; store its k on its own counter line at the current
  * time and, every ``every`` chunks, read every counter (Memory.read_all) and adapt d against the mean.
  * Sets *t to when it is done. */
-static int Adaptive_report(Adaptive *ich, PyObject *env_dict, long long w, PyObject *worker, long long threads,
+static int Adaptive_report(Adaptive *ich, PyObject *env, long long w, PyObject *worker, long long threads,
                            double store_ns, long long size, double *t, long long *transfers) {
     long long k, d, since;
     double now;
-    if (clock_now(env_dict, &now) < 0 || item_long(ich->k, w, &k) < 0) return -1;
+    if (clock_now(env, &now) < 0 || item_long(ich->k, w, &k) < 0) return -1;
     k += size;
     if (set_item_long(ich->k, w, k) < 0) return -1;
     PyObject *line = PyList_GetItem(ich->counter, (Py_ssize_t)w);
@@ -536,13 +567,13 @@ static PyObject *Adaptive_bounds(Adaptive *ich, long long w, long long begin, lo
     return Py_BuildValue("(LLOO)", begin, end, k, d);
 }
 
-/* The chunked-stealing loop (simsched.schedulers.ich.Stealing.steps): the owner's take from its own
+/* The chunked-stealing loop (simsched.schedulers.stealing.Stealing.steps): the owner's take from its own
  * queue and its chunks in C; the rest (a take after a thief touched the queue, a steal attempt,
  * the policy's hooks) calls back into the scheduler's Python. */
 typedef struct {
     PyObject_HEAD
     Sink sink;
-    PyObject *env_dict, *lock, *queue, *zero, *chunk_size, *extra, *report, *take, *attempt, *charged, *finish;
+    PyObject *env, *lock, *queue, *zero, *chunk_size, *extra, *report, *take, *attempt, *charged, *finish;
     PyObject *scheduling, *computing;
     Adaptive ich;
     int adaptive;
@@ -554,7 +585,7 @@ typedef struct {
 } Steals;
 
 static void Steals_dealloc(Steals *self) {
-    Py_XDECREF(self->env_dict); Py_XDECREF(self->lock); Py_XDECREF(self->queue); Py_XDECREF(self->zero);
+    Py_XDECREF(self->env); Py_XDECREF(self->lock); Py_XDECREF(self->queue); Py_XDECREF(self->zero);
     Py_XDECREF(self->chunk_size); Py_XDECREF(self->extra); Py_XDECREF(self->report); Py_XDECREF(self->take);
     Py_XDECREF(self->attempt); Py_XDECREF(self->charged); Py_XDECREF(self->finish);
     Py_XDECREF(self->scheduling); Py_XDECREF(self->computing);
@@ -665,13 +696,13 @@ static PyObject *Steals_next(Steals *self) {
     }
     for (;;) {
         if (self->size && self->adaptive) {
-            if (Adaptive_report(&self->ich, self->env_dict, self->w, self->sink.worker, self->threads,
+            if (Adaptive_report(&self->ich, self->env, self->w, self->sink.worker, self->threads,
                                 self->store_ns, self->size, &self->t, &self->transfers) < 0)
                 return NULL;
         } else if (self->size && self->report != Py_None) {
             self->t = call_double(self->report, Py_BuildValue("(L)", self->size));
             if (self->t == -1.0 && PyErr_Occurred()) return NULL;
-        } else if (clock_now(self->env_dict, &self->t) < 0) {
+        } else if (clock_now(self->env, &self->t) < 0) {
             return NULL;
         }
         self->size = 0;
@@ -693,7 +724,7 @@ static PyObject *Steals_next(Steals *self) {
                 double now, start, work;
                 self->chunks += 1;
                 self->size = hi - lo;
-                if (clock_now(self->env_dict, &now) < 0) return NULL;
+                if (clock_now(self->env, &now) < 0) return NULL;
                 if (Sink_record(&self->sink, lo, hi, self->t, now, &start, &work) < 0) return NULL;
                 if (add_to(self->scheduling, self->w, start - now) < 0 || add_to(self->computing, self->w, work) < 0)
                     return NULL;
@@ -746,10 +777,11 @@ static PyObject *Steals_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     }
     self->adaptive = adaptive != Py_None;
     if ((self->adaptive && Adaptive_init(&self->ich, adaptive) < 0) || bind_line(lock) < 0 || bind_line(queue) < 0
-        || (self->env_dict = PyObject_GetAttrString(env, "__dict__")) == NULL) {
+        || check_env(env) < 0) {
         Py_DECREF(self);
         return NULL;
     }
+    Py_INCREF(env); self->env = env;
     PyObject **fields[] = {&self->lock, &self->queue, &self->chunk_size, &self->extra, &self->report,
                            &self->take, &self->attempt, &self->charged, &self->finish, &self->scheduling,
                            &self->computing};
@@ -776,16 +808,18 @@ static PyTypeObject StealsType = {
     .tp_iternext = (iternextfunc)Steals_next,
 };
 
+static PyMethodDef methods[] = {
+    {"bind_clock", bind_clock, METH_O, PyDoc_STR("Read the clock through this slot of the run's environment.")},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "simsched._speedups",
-    "The simulator's hottest loops in C (optional; the Python loops are the reference).", -1, NULL,
+    "The simulator's hottest loops in C (optional; the Python loops are the reference).", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__speedups(void) {
     if (PyType_Ready(&ClaimsType) < 0 || PyType_Ready(&StealsType) < 0) return NULL;
-#define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
-    INTERN(s_now, "_now");
-#undef INTERN
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "claims", (PyObject *)&ClaimsType) < 0

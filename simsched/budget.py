@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .chunks import BYTES_PER_CHUNK, memory_room, too_many_chunks
+from .chunklog import BYTES_PER_CHUNK, memory_room, too_many_chunks
 from .errors import SimschedError
 
 # Peak memory a loop's iteration costs when it is drawn (the costs and their prefix sums, and the

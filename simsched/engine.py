@@ -3,29 +3,29 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from heapq import heappush
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
-import simpy
-from simpy.core import NORMAL
 from simpy.events import Event
 
 from .budget import check_memory
-from .chunks import ChunkLog, chunk_limit, verify_exactly_once
+from .chunklog import ChunkLog, chunk_limit, verify_exactly_once
 from .errors import SimschedError
+from .footprint import only_optional, without_optional
 from .instrumentation import loop_slowdowns
-from .locality import DataState, only_optional, without_optional
+from .locality import DataState
 from .loop import Loop, check_total
 from .machine import Machine, load_machine
-from .memory import Memory, Wait, fire_at
+from .memory import Memory, Wait
 from .noise import Noise
 from .result import SEGMENT_COLUMNS, Result
+from .simpy_access import NORMAL, Environment, event_count, fire_at, processed_event, succeeded
 
-__all__ = ["STATES", "Simulation", "simulate", "simulate_program", "verify_exactly_once"]
+__all__ = ["STATES", "ChunkSink", "Simulation", "simulate", "simulate_program", "verify_exactly_once"]
 
-# Split and create are the task-pool runtimes' (lbs.py): splitting loop tasks, creating tasks.
+# Split and create are the task-pool runtimes' (schedulers/looptasks.py): splitting and creating tasks.
 STATES = ("compute", "schedule", "steal", "split", "create", "sync", "idle")
 
 
@@ -43,12 +43,21 @@ def generator_position(rng: np.random.Generator) -> tuple:
     return rng.bit_generator.state, rng.bit_generator.seed_seq.n_children_spawned
 
 
+class ChunkSink(NamedTuple):
+    """What a hot claim loop binds to record its chunks as ``record_chunk`` does (``Simulation.inline_chunks``)."""
+
+    prefix: Callable[[int], float]      # prefix(i): the summed cost of the loop's iterations [0, i)
+    slow: float                         # the worker's time per ns of work in this loop
+    plain: bool                         # no data, no noise: a chunk costs its compute alone
+    pending: list                       # the chunk log's pending fields, six per chunk
+    full: int                           # how many fields ``pending`` holds when it is to be flushed
+    flush: Callable[[], None]           # moves ``pending`` into the chunk table
+    mark: Callable[[tuple], None] | None  # takes a scheduling segment, with a timeline (None without)
+
+
 # The already processed event a passed wait yields: SimPy resumes the process with it at once.
 # Only the worker's own ``yield`` may take it (no condition, no other process).
-PASSED = Event(simpy.Environment())
-PASSED._ok = True
-PASSED._value = None
-PASSED.callbacks = None
+PASSED = processed_event()
 
 
 class Simulation:
@@ -62,7 +71,7 @@ class Simulation:
         self.machine = machine
         self.threads = machine.check_threads(threads)
         self.seed = seed
-        self.env = simpy.Environment()
+        self.env = Environment()
         self.cores = machine.placement(self.threads)
         self.costs = machine.costs
         self.counters: Counter = Counter()
@@ -217,10 +226,10 @@ class Simulation:
         self.last[worker] = (("schedule", since, start), ("compute", start, end))
         return end
 
-    def inline_chunks(self, worker: int, loop: int):
+    def inline_chunks(self, worker: int, loop: int) -> ChunkSink:
         """What a hot claim loop binds to record its chunks as ``record_chunk`` does, without a call per chunk.
 
-        Returns ``(prefix, slow, plain, pending, full, flush, mark)``: a chunk [lo, hi) costs
+        Returns a ``ChunkSink`` ``(prefix, slow, plain, pending, full, flush, mark)``: a chunk [lo, hi) costs
         ``(prefix(hi) - prefix(lo)) * slow`` when ``plain`` (no data, no noise; else
         ``chunk_time``); its (worker, loop, lo, hi, start, end) goes onto ``pending``, with
         ``flush()`` once that holds ``full`` fields; ``mark``, when set, takes its scheduling
@@ -229,9 +238,9 @@ class Simulation:
         """
         spec, log = self.loops[loop], self._chunks
         # A memoryview reads one float of the prefix sums at a third of what ndarray.item costs.
-        return (memoryview(spec.prefix).__getitem__, self.loop_slowdown[loop][worker],
-                spec.data is None and self.noise is None,
-                log.pending, log.FLUSH_AT, log.flush, None if self.segments is None else self.segments.append)
+        return ChunkSink(memoryview(spec.prefix).__getitem__, self.loop_slowdown[loop][worker],
+                         spec.data is None and self.noise is None, log.pending, log.FLUSH_AT, log.flush,
+                         None if self.segments is None else self.segments.append)
 
     def sequential_memory_ns(self) -> float:
         """The memory time of the program run sequentially on the first worker's core (0 without data)."""
@@ -251,13 +260,13 @@ class Simulation:
         own and nothing queued ends sooner; the clock is then already at ``when`` on return.
         """
         env = self.env
-        now = env._now
+        now = env.clock
         delay = when - now
         at = now + delay if delay > 0 else now
-        queue, proc = env._queue, env._active_proc
-        if proc is not None and type(proc._target) is Wait and (not queue or at < queue[0][0]):
-            next(env._eid)  # numbered as if scheduled, so the run's event count and ties are unchanged
-            env._now = at
+        queue, proc = env.heap, env.running
+        if proc is not None and type(proc.waits_on) is Wait and (not queue or at < queue[0][0]):
+            next(env.event_ids)  # numbered as if scheduled, so the run's event count and ties are unchanged
+            env.clock = at
             return PASSED
         event = Wait(env)
         fire_at(env, event, when)
@@ -272,7 +281,7 @@ class Simulation:
 
         It is ``wait`` without the timeout: what a step run by ``drive`` yields (or returns).
         """
-        now = self.env._now
+        now = self.env.clock
         if when > now:
             self.time[state][worker] += when - now
             self.last[worker] = ((state, now, when),)
@@ -291,10 +300,9 @@ class Simulation:
         this worker's can happen.
         """
         env = self.env
-        event, done = Event(env), Wait(env)
-        event._ok, event._value = True, None
+        event, done = succeeded(Event(env)), Wait(env)
         callbacks = []  # SimPy takes the list off the event before calling it, so one list serves every wait
-        advance, queue, eid = steps.__next__, env._queue, env._eid
+        advance, queue, eid = steps.__next__, env.heap, env.event_ids
 
         def step(_event=None):
             while True:
@@ -304,7 +312,7 @@ class Simulation:
                     when, value = stop.value
                     fire_at(env, done, when, value)
                     return
-                now = env._now
+                now = env.clock
                 delay = when - now
                 # As Environment.schedule computes it (now + delay can differ from when in the last bit).
                 when = now + delay if delay > 0 else now
@@ -314,7 +322,7 @@ class Simulation:
                 # in the process, resumed by an event that may have other callbacks still to run.
                 if _event is not None and (not queue or when < queue[0][0]):
                     next(eid)
-                    env._now = when
+                    env.clock = when
                     continue
                 event.callbacks = callbacks
                 # Environment.schedule's own push, inlined: this runs once per chunk of every claim loop.
@@ -392,7 +400,7 @@ class Simulation:
             loop_ns=[float(x) for x in loop_ns],
             serial_ns=serial,
             loop_names=[self.loops[index].name for index in self.program],
-            events=next(env._eid),  # SimPy numbers every scheduled event
+            events=event_count(env),  # SimPy numbers every scheduled event
             segments=None if self.segments is None else segment_table(self.segments, makespan),
             affinity=self._chunks.affinity.result() if self._chunks.affinity is not None else None,
             seed_independent=generator_position(self.rng) == self._rng_start,

@@ -53,23 +53,23 @@ the reading core's caches serves follows from the array's size against the level
 rest comes from the DRAM of the nodes its pages sit on. Its reads are independent of each
 other (their addresses come from the iteration's own data), so they overlap as many as the
 core keeps misses in flight. It is charged per chunk, for all the chunk's reads at once.
+
+Footprints and gathers are in ``footprint.py``; the readers of the shared resources, their
+bandwidth shares and waits in ``contention.py``; the per-iteration path in ``small_chunks.py``.
 """
 
 from __future__ import annotations
 
-import copy
-import math
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import numpy as np
 
+from .contention import Contention, Readers
 from .errors import SimschedError
+from .footprint import ELEMENT_BYTES, Footprint, Gather
 from .loaded import Queueing
+from .small_chunks import SmallChunks, _sum
 
-ELEMENT_BYTES = 8  # the kernels touch 8-byte doubles
-PATTERNS = ("stride", "stream", "random")
-PLACEMENTS = ("first-touch", "interleave", "master")
 DRAM_COUNTERS = ("local_dram", "remote_dram")
 # Chunks of up to this many iterations are worked out per iteration in plain floats (DataState._few), larger
 # ones with NumPy: NumPy's path costs about the same for 1 to 128 iterations, the plain one grows by about
@@ -88,111 +88,6 @@ def scalar_iterations(limit: int):
         SCALAR_ITERATIONS = kept
 
 
-def _sum(values: list) -> float:
-    """The sum of floats in the order NumPy's pairwise summation adds them (blocks of up to 128 elements,
-    each with 8 running sums), so that plain lists sum to the bit what NumPy arrays of them sum to."""
-    n = len(values)
-    if n < 8:
-        total = 0.0
-        for value in values:
-            total += value
-        return total
-    if n <= 128:
-        sums = values[:8]
-        whole = n - n % 8
-        for i in range(8, whole, 8):
-            for k in range(8):
-                sums[k] += values[i + k]
-        total = ((sums[0] + sums[1]) + (sums[2] + sums[3])) + ((sums[4] + sums[5]) + (sums[6] + sums[7]))
-        for value in values[whole:]:
-            total += value
-        return total
-    half = n // 2
-    half -= half % 8
-    return _sum(values[:half]) + _sum(values[half:])
-
-
-def _access(latency: float, bandwidth_gbs: float, pattern: str, nbytes: int, overlap) -> float:
-    """``DataState.access`` for one line (or element) in plain floats."""
-    transfer = nbytes / bandwidth_gbs
-    if pattern == "stream":
-        return transfer
-    return max(latency / (overlap if pattern == "stride" else 1), transfer)
-
-
-@dataclass(eq=False)
-class Gather:
-    """Reads at random places of a read-only array that all iterations share: ``reads[j]`` by iteration j."""
-
-    reads: np.ndarray
-    size: int                       # bytes of the array
-    element: int = ELEMENT_BYTES    # bytes of one read
-    name: str = "shared"            # the array: gathers naming the same one read the same array
-
-    def __post_init__(self):
-        reads = np.asarray(self.reads)
-        whole = not reads.size or np.issubdtype(reads.dtype, np.integer)
-        if reads.ndim != 1 or not whole or np.any(reads < 0):
-            raise SimschedError("a gather needs a 1-D array of whole numbers >= 0 of reads per iteration")
-        self.reads = reads.astype(np.int64)
-        for key in ("size", "element"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise SimschedError(f"a gather's {key} must be a whole number of bytes >= 1, got {value!r}")
-
-
-@dataclass(eq=False)
-class Footprint:
-    """The data a loop's iterations touch: bytes per iteration, how they are accessed, and where pages live."""
-
-    bytes: np.ndarray
-    pattern: str = "stride"
-    placement: str = "first-touch"
-    data: str = "data"
-    # Reads of an array all iterations share, besides each iteration's own bytes (None: none).
-    gather: Gather | None = None
-    # A footprint the workload gives unasked: left out, not refused, where the data model does not apply.
-    optional: bool = False
-
-    def __post_init__(self):
-        values = np.asarray(self.bytes)
-        if values.ndim != 1:
-            raise SimschedError(f"a footprint needs a 1-D array of bytes per iteration, got shape {values.shape}")
-        if values.size and not np.issubdtype(values.dtype, np.integer):
-            if not np.all(np.isfinite(values)) or np.any(values != np.round(values)):
-                raise SimschedError("bytes per iteration must be whole numbers")
-        if np.any(values < 0):
-            raise SimschedError("bytes per iteration must be >= 0")
-        self.bytes = values.astype(np.int64)
-        if self.pattern not in PATTERNS:
-            raise SimschedError(f"unknown access pattern {self.pattern!r} (known: {', '.join(PATTERNS)})")
-        if self.placement not in PLACEMENTS:
-            raise SimschedError(f"unknown page placement {self.placement!r} (known: {', '.join(PLACEMENTS)})")
-        if self.gather is not None and self.gather.reads.size != values.size:
-            raise SimschedError(f"a footprint of {values.size} iterations needs {values.size} gather counts, "
-                                f"got {self.gather.reads.size}")
-
-    @property
-    def total(self) -> int:
-        return int(self.bytes.sum())
-
-
-def only_optional(loops) -> bool:
-    """Whether every footprint of these loops is one its workload gave unasked (True when there is none)."""
-    return all(loop.data is None or loop.data.optional for loop in loops)
-
-
-def without_optional(loops) -> list:
-    """The loops, those whose footprint their workload gave unasked replaced by copies without it."""
-    kept = []
-    for loop in loops:
-        if loop.data is not None and loop.data.optional:
-            loop = copy.copy(loop)
-            loop.data = None
-        kept.append(loop)
-    return kept
-
-
 def counter_names(hierarchy) -> tuple[str, ...]:
     """The served-by counters a machine's hierarchy reports, innermost first (cache lines served)."""
     names = []
@@ -201,42 +96,6 @@ def counter_names(hierarchy) -> tuple[str, ...]:
         if level.shared_by == "socket":
             names.append(f"remote_{level.name}_hits")
     return tuple(names) + DRAM_COUNTERS
-
-
-class Readers:
-    """The chunks reading one shared resource (a node's DRAM, a socket's shared cache, a socket link): each
-    from its start to its end, with what it demands of the resource meanwhile (GB/s, misses in flight).
-
-    A worker may record chunks ahead of the simulation clock (a static block's chunks, back to
-    back), so readers are counted at a chunk's own start and forgotten only once the clock has
-    passed their end.
-    """
-
-    def __init__(self):
-        self.spans: list[tuple[float, float, float, float]] = []
-        self.soonest = math.inf  # the earliest end of a span: until the clock reaches it, none is dropped
-
-    def forget(self, now: float) -> None:
-        """Drop the readers that ended by ``now`` (no chunk starts before the clock)."""
-        if self.soonest <= now:
-            self.spans = [span for span in self.spans if span[1] > now]
-            self.soonest = min((span[1] for span in self.spans), default=math.inf)
-
-    def count(self, at: float) -> int:
-        return sum(1 for span in self.spans if span[0] <= at < span[1])
-
-    def load(self, at: float) -> tuple[float, float]:
-        """The GB/s and the misses in flight that the readers at ``at`` demand together."""
-        gbs = in_flight = 0.0
-        for start, end, rate, misses in self.spans:
-            if start <= at < end:
-                gbs += rate
-                in_flight += misses
-        return gbs, in_flight
-
-    def add(self, start: float, end: float, gbs: float = 0.0, in_flight: float = 0.0) -> None:
-        self.spans.append((start, end, gbs, in_flight))
-        self.soonest = min(self.soonest, end)
 
 
 class Blocks:
@@ -252,7 +111,7 @@ class Blocks:
             self.home[:] = master
 
 
-class DataState:
+class DataState(SmallChunks, Contention):
     """The locality model of one run: the hierarchy, every data set's blocks, and the bytes through each cache."""
 
     def __init__(self, machine, cores: list[int], loops, rng: np.random.Generator | None = None):
@@ -448,167 +307,6 @@ class DataState:
         self._hold(reading, demand, start, start + total)
         return total
 
-    def _few(self, worker: int, fp: Footprint, lo: int, hi: int, start: float) -> float:
-        """``chunk`` for a few iterations, one at a time in plain floats, in NumPy's order of operations.
-
-        Each iteration's time takes the NumPy path's steps in its order, and the counters and
-        readers get the same additions in the same order (sums as NumPy's pairwise summation
-        adds them: ``_sum``), so times and counters are the same to the bit; what it saves is
-        NumPy's fixed cost per call, which is most of a small chunk's cost there.
-        """
-        h, line, pattern, dram = self.h, self.line, fp.pattern, self.h.dram
-        levels, instances, through, kinds = h.levels, self.instance_list, self.through, self.kinds
-        blocks = self.blocks[fp.data]
-        socket = self.socket_list[worker]
-        hops_from = self.hops_list[socket]
-        mine = [instance[worker] for instance in instances]
-        n = hi - lo
-        sizes = [float(nbytes) for nbytes in fp.bytes[lo:hi].tolist()]
-        points = self._offsets(fp)[lo:hi + 1].tolist()  # as _lines: the lines reached by each block's end
-        first = points[0]
-        reached = first // line
-        last = blocks.holder[lo:hi].tolist()
-        stamps = blocks.stamp[:, lo:hi].tolist()
-        home = blocks.home[lo:hi].tolist()
-        if home and min(home) < 0:  # first touch: a page lands on the node of the core that writes it first
-            home = [socket if node < 0 else node for node in home]
-            blocks.home[lo:hi] = home
-        shares = {}  # each (resource, instance)'s bandwidth share: its readers do not change during the chunk
-        # What each level serves, split as the NumPy path's counter sums split it, and the instances of a
-        # shared level whose bandwidth it takes (its own, or for a private level the one it reads through).
-        served = [([], [], []) for _ in levels]
-        used = [[] for _ in levels]
-        time, lines_of, overlap_of, before_of, latency, from_dram = [], [], [], [], [], []
-        ahead = 0.0
-        for j in range(n):
-            size = sizes[j]
-            end = points[j + 1]
-            upto = -(-end // line) if end > first else reached
-            lines = float(upto - reached)
-            reached = upto
-            overlap = self._overlap(size) if h.stride_misses else h.outstanding_misses
-            ahead += size
-            before = ahead - size  # this chunk's bytes ahead of the iteration
-            seen = last[j] >= 0 and size > 0
-            holder = last[j] if seen else worker
-            holder_socket = self.socket_list[holder]
-            same_socket = holder_socket == socket
-            hops = hops_from[holder_socket]
-            t = inner = 0.0
-            for i, level in enumerate(levels):
-                theirs = instances[i][holder]
-                local = theirs == mine[i]
-                held = 0.0
-                if seen:
-                    distance = through[i][theirs] - stamps[i][j] + (before if local else 0.0)
-                    held = min(max((level.size_bytes - distance) / size, 0.0), 1.0)
-                held = max(held, inner)
-                part = (held - inner) * lines
-                inner = held
-                here, there, far_away = served[i]
-                if kinds[i] == "shared":
-                    (here if local else there).append(part)
-                    if not part:
-                        continue
-                    level_latency = level.latency_ns if local else self.far[i][hops]
-                    bandwidth = self._share(i, level, start, holder_socket, shares)
-                    if part > 0:
-                        used[i].append(holder_socket)
-                elif kinds[i] == "private":
-                    if local:
-                        here.append(part)
-                    (there if same_socket else far_away).append(0.0 if local else part)
-                    if not part:
-                        continue
-                    if local:
-                        level_latency, bandwidth = level.latency_ns, level.bandwidth_gbs
-                    else:
-                        source = levels[self.shared]
-                        level_latency = source.latency_ns if same_socket else self.far[self.shared][hops]
-                        bandwidth = self._share(self.shared, source, start, holder_socket, shares)
-                        if part > 0:
-                            used[i].append(holder_socket)
-                else:
-                    (here if local else there).append(part)
-                    if not part:
-                        continue
-                    level_latency = level.latency_ns if local else dram.latency_ns
-                    bandwidth = level.bandwidth_gbs if local else dram.bandwidth_gbs
-                t += part * _access(level_latency, bandwidth, pattern, line, overlap)
-            time.append(t)
-            lines_of.append(lines)
-            overlap_of.append(overlap)
-            before_of.append(before)
-            far = hops_from[home[j]]
-            latency.append(dram.latency_ns if far == 0 else dram.remote_latency_ns[far - 1]
-                           if dram.remote_latency_ns else 0.0)
-            from_dram.append((1.0 - inner) * lines)
-        reading = []
-        counters = self.counters
-        for i, (here, there, far_away) in enumerate(served):
-            named_here, named_there, named_far = self.tallies[i]
-            if here:  # (an empty list sums to 0.0, which leaves a counter as it is)
-                counters[named_here] += _sum(here)
-            if there:
-                counters[named_there] += _sum(there)
-            if far_away:
-                counters[named_far] += _sum(far_away)
-            if used[i]:
-                resource = i if kinds[i] == "shared" else self.shared
-                self._note(resource, levels[resource], used[i], reading)
-        bandwidth = [self._share("dram", dram, start, node, shares) for node in home]
-        self._note("dram", dram, [node for node, lines in zip(home, from_dram) if lines > 0], reading)
-        if self.queueing is not None:
-            by_node, own = [0.0] * self.sockets, [0.0] * self.sockets
-            for j in range(n):
-                in_flight = latency[j] / _access(latency[j], dram.bandwidth_gbs, pattern, line, overlap_of[j])
-                by_node[home[j]] += from_dram[j]
-                own[home[j]] += from_dram[j] * in_flight
-            wait = self._waits(start, socket, by_node, own)
-            latency = [latency[j] + wait[home[j]] for j in range(n)]
-        local_dram, remote_dram = [], []
-        for j in range(n):
-            time[j] += from_dram[j] * _access(latency[j], bandwidth[j], pattern, line, overlap_of[j])
-            (local_dram if hops_from[home[j]] == 0 else remote_dram).append(from_dram[j])
-        counters["local_dram"] += _sum(local_dram)
-        counters["remote_dram"] += _sum(remote_dram)
-        if pattern != "stream":  # as _reuse: the accesses beyond one per line, at the level the block fits in
-            for j in range(n):
-                extra = max(math.ceil(sizes[j] / ELEMENT_BYTES) - lines_of[j], 0.0)
-                if extra:
-                    fits = next((level for level in levels if level.size_bytes >= sizes[j]), None)
-                    if fits is None:  # no cache holds the block: DRAM's cost, as the block's lines got it
-                        cost = _access(latency[j], bandwidth[j], pattern, ELEMENT_BYTES, overlap_of[j])
-                    else:
-                        cost = _access(fits.latency_ns, fits.bandwidth_gbs, pattern, ELEMENT_BYTES, overlap_of[j])
-                    time[j] += extra * cost
-        if fp.gather is not None:
-            reads = fp.gather.reads[lo:hi].tolist()
-            count = float(sum(reads))
-            if count:
-                per_read = self._gather(worker, fp, count, start, reading, shares)
-                for j in range(n):
-                    time[j] += reads[j] * per_read
-        total = self._jitter(_sum(time))
-        # The chunk's blocks now live in this core's caches, stamped in the order it touched them.
-        blocks.holder[lo:hi] = worker
-        moved = _sum(sizes)
-        for i, stamp in enumerate(blocks.stamp):
-            base = through[i][mine[i]]
-            for j in range(n):  # one at a time: NumPy takes a list into a slice at several times the cost
-                stamp[lo + j] = base + before_of[j] + sizes[j]
-            through[i][mine[i]] += moved
-        demand = {}
-        if self.queueing is not None:
-            by_node, waiting = [0.0] * self.sockets, [0.0] * self.sockets
-            for j in range(n):
-                if from_dram[j] > 0:
-                    by_node[home[j]] += from_dram[j]
-                    waiting[home[j]] += from_dram[j] * latency[j]
-            demand = self._demand(total, socket, by_node, waiting)
-        self._hold(reading, demand, start, start + total)
-        return total
-
     def _offsets(self, fp: Footprint) -> np.ndarray:
         """Where each of the footprint's blocks starts in its data, and where the last one ends (n + 1 byte
         offsets: the blocks lie one after another), worked out once per footprint."""
@@ -636,72 +334,6 @@ class DataState:
         if self.rng is not None and self.h.dram.jitter_cv:
             total *= 1.0 + self.h.dram.jitter_cv * float(np.clip(self.rng.standard_normal(), -3.0, 3.0))
         return total
-
-    def _hold(self, reading: list, demand: dict, start: float, end: float) -> None:
-        """Count the chunk among the readers of what it reads, with what it demands of each, until ``end``."""
-        for resource, instances in reading:
-            for instance in instances:
-                load = demand.pop((resource, instance), ())
-                self.readers[resource][instance].add(start, end, *load)
-        for (resource, instance), load in demand.items():  # read without a bandwidth share, still loading it
-            self.readers[resource][instance].add(start, end, *load)
-
-    def _waiting(self, start: float, socket: int, home: np.ndarray, from_dram: np.ndarray, idle: np.ndarray,
-                 pattern: str, overlap) -> np.ndarray:
-        """Each iteration's wait per DRAM line behind the misses of the chunks reading its node (and link).
-
-        The misses this chunk keeps in flight alone are its ``idle`` latency over what a line
-        costs it at its own bandwidth, whatever share it gets now (see ``loaded.py``).
-        """
-        in_flight = idle / self.access(idle, self.h.dram.bandwidth_gbs, pattern, self.line, overlap)
-        lines = np.bincount(home, weights=from_dram, minlength=self.sockets)
-        own = np.bincount(home, weights=from_dram * in_flight, minlength=self.sockets)
-        return np.asarray(self._waits(start, socket, lines.tolist(), own.tolist()))[home]
-
-    def _waits(self, start: float, socket: int, lines: list, own: list) -> list[float]:
-        """The wait per DRAM line at each node (and the link from it) for a chunk of ``socket`` reading
-        ``lines`` from each node, with ``own`` (its lines x misses in flight) there.
-
-        One wait per node (and per link from it), from the others' load when this chunk starts,
-        as for the shared bandwidth, and the chunk's own misses in flight to the node, the mean
-        over its lines.
-        """
-        queue, dram = self.queueing, self.h.dram
-        waits = [0.0] * self.sockets
-        for node, count in enumerate(lines):
-            if not count:
-                continue
-            hops = self.hops_list[socket][node]
-            latency = dram.remote_latency_ns[hops - 1] if hops else dram.latency_ns
-            mine = own[node] / count
-            wait = 0.0
-            if queue.controller:
-                wait += queue.controller_wait(*self.readers["dram"][node].load(start), mine, latency)
-            if queue.link_gbs and hops:
-                others = self.readers["link"][node * self.sockets + socket].load(start)
-                wait += queue.link_wait(*others, mine, latency)
-            waits[node] = wait
-        return waits
-
-    def _demand(self, total: float, socket: int, lines: list, waiting: list) -> dict:
-        """What this chunk demands of each node's controller (and link) it reads, over its memory time.
-
-        ``lines``: the DRAM lines it reads from each node; ``waiting``: their lines x latency there.
-        {(resource, instance): (GB/s, misses in flight)}; by Little's law its misses in flight are
-        its lines x their latency over that time.
-        """
-        if total <= 0 or not any(lines):
-            return {}
-        demand = {}
-        for node, count in enumerate(lines):
-            if not count:
-                continue
-            load = (count * self.line / total, waiting[node] / total)
-            if self.queueing.controller:
-                demand["dram", node] = load
-            if self.queueing.link_gbs and node != socket:
-                demand["link", node * self.sockets + socket] = load
-        return demand
 
     def _far(self, level, hops: np.ndarray) -> np.ndarray:
         """A socket-shared level's latency from ``hops`` sockets away (its local latency if none is given)."""
@@ -799,38 +431,6 @@ class DataState:
         if placement == "interleave":
             return np.full(self.sockets, 1.0 / self.sockets)
         return np.bincount(self.socket_of_worker, minlength=self.sockets) / self.socket_of_worker.size
-
-    def _shared(self, resource, source, start: float, instances: np.ndarray, used: np.ndarray, reading: list):
-        """The per-core bandwidth from each of ``instances`` of a shared resource, one more reader being added.
-
-        ``resource`` names it in ``readers`` ("dram", or a shared level's index); the
-        instances actually ``used`` are noted in ``reading`` to hold a reader until the chunk ends.
-        """
-        if resource not in self.readers or not source.shared_bandwidth_gbs:
-            return np.full(instances.shape, source.bandwidth_gbs)
-        if used.any():
-            reading.append((resource, np.unique(instances[used]).tolist()))
-        readers = np.array([r.count(start) + 1 for r in self.readers[resource]])
-        return np.minimum(source.bandwidth_gbs, source.shared_bandwidth_gbs / readers)[instances]
-
-    def _share(self, resource, source, start: float, instance: int, known: dict | None = None) -> float:
-        """``_shared`` for one instance: the per-core bandwidth from it, one more reader being added
-        (``known``: the shares already worked out for this chunk)."""
-        if resource not in self.readers or not source.shared_bandwidth_gbs:
-            return source.bandwidth_gbs
-        key = (resource, instance)
-        if known is not None and key in known:
-            return known[key]
-        readers = self.readers[resource][instance].count(start) + 1
-        share = min(source.bandwidth_gbs, source.shared_bandwidth_gbs / readers)
-        if known is not None:
-            known[key] = share
-        return share
-
-    def _note(self, resource, source, used: list, reading: list) -> None:
-        """``_shared``'s bookkeeping for a chunk: hold a reader of each instance ``used`` until it ends."""
-        if used and resource in self.readers and source.shared_bandwidth_gbs:
-            reading.append((resource, sorted(set(used))))
 
     def tally(self, counters) -> None:
         """Add the served-by counts (whole cache lines) to a run's counters."""

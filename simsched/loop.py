@@ -70,7 +70,7 @@ class Loop:
         if not np.isfinite(rate) or rate < 0:
             raise SimschedError(f"a loop's instrumentation must be finite and >= 0, got {instrumentation!r}")
         self.instrumentation = rate
-        # The data its iterations touch (a locality.Footprint), or None: then a chunk costs its compute only.
+        # The data its iterations touch (a footprint.Footprint), or None: then a chunk costs its compute only.
         self.data = data
         if data is not None and data.bytes.size != self.n:
             raise SimschedError(f"a loop of {self.n} iterations needs {self.n} footprints, got {data.bytes.size}")

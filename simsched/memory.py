@@ -38,9 +38,9 @@ from heapq import heappush, heapreplace
 from typing import Any, Callable
 
 import numpy as np
-
-from simpy.core import NORMAL
 from simpy.events import Event
+
+from .simpy_access import clock_slot, fire_at
 
 # The hottest scheduler loops (the self-scheduling claim, the stealing loop's take from its own
 # queue) issue their line operations inline, exactly as the methods below would, to save a call
@@ -49,13 +49,22 @@ from simpy.events import Event
 # False they call the methods and every hook instead; the tests run both ways and compare.
 INLINE = True
 
-# The same inline loops compiled (simsched/_speedups.c: the claim, the stealing loop, and iCh's report), taken
+# The same inline loops compiled (simsched/_speedups.c: the claim, the stealing loop, and iCh's policy), taken
 # on plain loops (no data, no noise) where built and INLINE holds; None where the extension is not built, or
 # to run the Python loops, which are the reference: the tests compare all three ways.
 try:
     from . import _speedups as speedups
 except ImportError:
     speedups = None
+else:
+    if hasattr(speedups, "bind_clock"):
+        speedups.bind_clock(clock_slot())  # they read the run's clock where SimPy keeps it
+    else:  # built from an older source: its loops would read the clock where SimPy no longer keeps it here
+        import warnings
+
+        warnings.warn("simsched's compiled loops are out of date (rebuild them: pip install -e .); "
+                      "running the Python loops", RuntimeWarning, stacklevel=1)
+        speedups = None
 
 
 class Line:
@@ -300,13 +309,3 @@ class Wait(Event):
     the worker that ends before every queued event can be passed without the queue
     (``Simulation.until``): popping it would run nothing in between.
     """
-
-
-def fire_at(env, event: Event, when: float, value: Any = None) -> None:
-    """Trigger ``event`` at absolute time ``when`` (what ``simpy.Timeout`` does, without a new object)."""
-    event._ok = True
-    event._value = value
-    now = env._now
-    delay = when - now
-    # Environment.schedule's push, inlined (the same time and numbering): every wait of a run comes here.
-    heappush(env._queue, (now + delay if delay > 0 else now, NORMAL, next(env._eid), event))

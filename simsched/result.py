@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .chunks import CHUNK_COLUMNS, ChunkLog
+from .chunklog import CHUNK_COLUMNS, ChunkLog
 
 __all__ = ["CHUNK_COLUMNS", "SEGMENT_COLUMNS", "Result"]
 

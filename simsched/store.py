@@ -252,7 +252,7 @@ class ResultsFolder:
 
 def _row(line: bytes) -> dict[str, Any] | None:
     """The row a journal line holds, or None if it holds none: not a JSON object, no point key, no figures."""
-    from .sweep import AXES
+    from .grid import AXES
 
     try:
         row = json.loads(line)

@@ -159,7 +159,7 @@ def test_affinity_worked_out_in_small_blocks_is_what_the_whole_table_gives(sched
     # The chunk log hands its chunks to the tracker in blocks (of 65,536: a whole small run at once). In blocks of
     # 3 the tracker settles each pair of loops two loops later and drops their chunks: this holds only if every
     # chunk of loop i - 2 is logged before any of loop i + 1, whatever the scheduler.
-    monkeypatch.setattr("simsched.chunks.BLOCK", 3)
+    monkeypatch.setattr("simsched.chunklog.BLOCK", 3)
     r = simulate("xeon-e5-4620", scheduler, "uniform:n=200", threads=8, seed=1, repeat=5)
     assert r.affinity == from_chunks(r.chunks, [200] * 5)
     assert r.affinity["per_loop"][1:] != [None] * 4

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from cli_runs import cli, refused
 
-from simsched.locality import DataState, Footprint, Gather
+from simsched.footprint import Footprint, Gather
+from simsched.locality import DataState
 from simsched.loop import Loop
 from simsched.machine import load_machine
 from simsched.workloads import get_workload

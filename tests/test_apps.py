@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simsched.analysis.apps import apps_comparison, apps_table, format_apps_table
+from simsched.analysis.app_study import apps_comparison, apps_table, format_apps_table
 from simsched.engine import simulate
 from simsched.sweep import load_experiment
 from simsched.workloads import get_workload

@@ -17,7 +17,8 @@ import pytest
 from simsched import load_machine, native
 from simsched.errors import SimschedError
 from simsched.native import calibrate, hostload, memprobe, omp_calibrate, ompt, openmp
-from simsched.native.omp_calibrate import ProbeOutput, Runtime, figures, parse_output
+from simsched.native.omp_calibrate import ProbeOutput, figures, parse_output
+from simsched.native.ompt import Runtime
 
 needs_native = pytest.mark.skipif(not native.available(), reason="native runtime not built")
 ROOT = Path(__file__).resolve().parent.parent
@@ -168,7 +169,7 @@ def test_runtime_names(tmp_path, monkeypatch):
 
 def test_the_default_runtime_is_the_recorders_else_libgomp(tmp_path, monkeypatch):
     intel = _fake_library(tmp_path, "libiomp5.so")
-    monkeypatch.setattr(ompt, "find_runtime", lambda: ompt.Runtime(intel, "intel", ""))
+    monkeypatch.setattr(ompt, "find_runtime", lambda: ompt.Runtime("libiomp5", intel))
     assert omp_calibrate.runtime_for("") == Runtime("libiomp5", intel)
 
     def none():

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import simsched
 from simsched import engine
-from simsched.chunks import BLOCK, Coverage
+from simsched.chunklog import BLOCK, Coverage
 from simsched.errors import ExecutionError, SimschedError
 from test_properties import RunsEverythingEverywhere, SkipsTheLastIteration
 

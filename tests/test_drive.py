@@ -8,10 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simsched import Simulation, load_machine, simulate
-from simsched.chunks import CHUNK_DTYPE, ChunkLog
+from simsched.chunklog import CHUNK_DTYPE, ChunkLog
 from simsched.engine import PASSED
 from simsched.memory import Wait
 from simsched.schedulers import REGISTRY
+from simsched.simpy_access import event_count
 
 
 def run(waits: list[list[float]], driven: bool, queued: bool = False):
@@ -47,7 +48,7 @@ def run(waits: list[list[float]], driven: bool, queued: bool = False):
     for w in range(len(waits)):
         sim.env.process(process(w))
     sim.env.run()
-    return log, ends, next(sim.env._eid), [sim.time["schedule"][w] for w in range(len(waits))]
+    return log, ends, event_count(sim.env), [sim.time["schedule"][w] for w in range(len(waits))]
 
 
 def test_two_workers_interleave_as_their_timeouts_would():
@@ -98,7 +99,7 @@ def test_a_wait_that_ends_before_every_queued_event_is_passed_but_a_tie_is_not()
     sim.env.run()
     assert log == [("0 passes 2", True, 2.0), ("0 queues 5", False, 2.0), ("1 at", 5.0), ("0 at", 5.0)]
     # Two starts, four waits (1, 2, 5 and 5) and two ends: the passed wait is numbered like the others.
-    assert next(sim.env._eid) == 8
+    assert event_count(sim.env) == 8
 
 
 def test_a_kept_chunk_is_a_40_byte_record_and_the_table_keeps_its_types():
@@ -120,7 +121,7 @@ def test_every_wait_event_of_every_scheduler_has_at_most_one_waiter(monkeypatch,
     step = simpy.Environment.step
 
     def checked_step(env):
-        event = env._queue[0][3] if env._queue else None
+        event = env.heap[0][3] if env.heap else None
         if isinstance(event, Wait):
             popped.append(len(event.callbacks))
         step(env)

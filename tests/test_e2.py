@@ -1,4 +1,4 @@
-"""E2 on the Cell, at test size: the published shape of the loop-task results (EXPERIMENTS.md E2).
+"""E2 on the Cell, at test size: the published shape of the loop-task results (docs/experiments.md, E2).
 
 The full experiment is ``experiments/e2-lbs-cell.toml``; here the fine loop has 200,000
 iterations instead of 1,000,000 and fewer seeds run, which keeps every published relation.

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from simsched import sweep
+from simsched import grid, sweep
 from simsched.cli import main
 from simsched.store import point_id
 
@@ -238,7 +238,7 @@ def test_an_axis_too_long_is_refused_before_it_is_built(tmp_path, capsys, monkey
     def built(*args, **kwargs):
         raise AssertionError("the axis was built before the grid was counted")
 
-    monkeypatch.setattr(sweep.np, "linspace", built)
+    monkeypatch.setattr(grid.np, "linspace", built)
     text = config("""
         machine = "haswell-e5-2695v3"
         scheduler = "omp-static"
@@ -248,15 +248,15 @@ def test_an_axis_too_long_is_refused_before_it_is_built(tmp_path, capsys, monkey
     """)
     assert sweep_cli(tmp_path, text) == 2
     line = refusal(capsys)
-    assert "grid.workload.total_us.num = 100,000,000" in line and f"{sweep.MAX_GRID_POINTS:,}" in line
+    assert "grid.workload.total_us.num = 100,000,000" in line and f"{grid.MAX_GRID_POINTS:,}" in line
 
 
 def test_a_grid_of_too_many_points_is_refused_before_it_is_built(tmp_path, capsys, monkeypatch):
     def built(*args, **kwargs):
         raise AssertionError("an axis was built before the grid was counted")
 
-    monkeypatch.setattr(sweep.np, "linspace", built)
-    monkeypatch.setattr(sweep.np, "logspace", built)
+    monkeypatch.setattr(grid.np, "linspace", built)
+    monkeypatch.setattr(grid.np, "logspace", built)
     text = config("""
         machine = "haswell-e5-2695v3"
         scheduler = ["omp-static", "fg-tree"]

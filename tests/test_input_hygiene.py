@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import simsched.budget as budget
-import simsched.chunks as chunks
+import simsched.chunklog as chunklog
 from simsched.cli import main
 from simsched.errors import SimschedError
 from simsched.engine import simulate
@@ -241,7 +241,7 @@ def test_a_run_far_too_large_is_refused_before_drawing(tmp_path):
 @pytest.fixture
 def memory_of_8_gib(monkeypatch):
     """This machine, as the memory check sees it, has 8 GiB available; drawing any loop fails the test."""
-    monkeypatch.setattr(chunks, "memory_bytes", lambda: 8 * 2**30)
+    monkeypatch.setattr(chunklog, "memory_bytes", lambda: 8 * 2**30)
 
     def drawn(self, rng):
         raise AssertionError("a loop was drawn before the run was refused")
@@ -270,7 +270,7 @@ def test_a_timeline_too_large_is_refused_before_drawing(memory_of_8_gib, capsys,
 
 def test_without_the_table_the_same_run_fits(monkeypatch):
     # The estimate of the run refused above, less its table: what --no-chunk-table needs fits 8 GiB.
-    monkeypatch.setattr(chunks, "memory_bytes", lambda: 8 * 2**30)
+    monkeypatch.setattr(chunklog, "memory_bytes", lambda: 8 * 2**30)
     dynamic = get_scheduler("omp-dynamic:chunk=1")
     budget.check_memory(dynamic, [(10**8, 1)], 4, keep_chunks=False)
     with pytest.raises(SimschedError, match="runs at least 100000000 chunks"):

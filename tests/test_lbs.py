@@ -11,7 +11,8 @@ from simsched import Simulation, load_machine, simulate
 from simsched.cli import main
 from simsched.engine import Loop
 from simsched.schedulers import get_scheduler
-from simsched.schedulers.lbs import LBS_COUNTERS, LOOP, Join, Task
+from simsched.schedulers.looptasks import LBS_COUNTERS, Join
+from simsched.schedulers.taskpool import LOOP, Task
 
 CELL = load_machine("cell-qs22")
 CONTRACT = ["tasks_created", "iterations_serialized", "splits", "steal_attempts", "steals"]

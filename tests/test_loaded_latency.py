@@ -33,9 +33,10 @@ from hypothesis import strategies as st
 from simsched import Machine, load_machine, native
 from simsched.cli import main
 from simsched.loaded import Queueing, closed_latency, curve_wait, queue_wait
-from simsched.locality import DataState, Footprint
+from simsched.footprint import Footprint
+from simsched.locality import DataState
 from simsched.loop import Loop
-from simsched.native import calibrate, memprobe
+from simsched.native import calibrate, memprobe, probe_figure
 
 needs_native = pytest.mark.skipif(not native.available(), reason="native runtime not built")
 
@@ -316,7 +317,7 @@ def test_a_bad_link_bandwidth_is_refused_by_the_command_in_one_line(tmp_path):
 # -- the calibration -----------------------------------------------------------------------------------------
 
 def point(readers: int, gbs: float, ns: float) -> dict:
-    return {"readers": readers, "gbs": gbs, "figure": calibrate.Figure(ns, ns * 1.1, ns * 2, 300, 1.02)}
+    return {"readers": readers, "gbs": gbs, "figure": probe_figure.Figure(ns, ns * 1.1, ns * 2, 300, 1.02)}
 
 
 def measured(points: list[dict]) -> dict:

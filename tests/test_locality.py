@@ -31,7 +31,8 @@ from hypothesis import strategies as st
 
 from simsched import Machine, SimschedError, load_machine, simulate, simulate_program
 from simsched.affinity import from_chunks
-from simsched.locality import DataState, Footprint
+from simsched.footprint import Footprint
+from simsched.locality import DataState
 from simsched.loop import Loop
 from simsched.workloads import Workload
 

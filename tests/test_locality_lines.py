@@ -17,10 +17,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simsched import load_machine, locality
+from simsched import footprint, load_machine
 from simsched.locality import scalar_iterations
 from simsched.cli import main
-from simsched.locality import DataState, Footprint, Gather
+from simsched.footprint import Footprint, Gather
+from simsched.locality import DataState
 from simsched.loop import Loop
 
 SERVED = ("l1_hits", "l2_hits", "l3_hits", "remote_l3_hits", "local_dram", "remote_dram")
@@ -131,7 +132,7 @@ def _replay(nbytes, pattern, gather, plan, limit: int) -> dict:
 
 @settings(max_examples=60, deadline=None)
 @given(sizes=st.lists(st.integers(0, 5000), min_size=1, max_size=6), n=st.integers(1, 150),
-       pattern=st.sampled_from(locality.PATTERNS), gather=st.booleans(), seed=st.integers(0, 2**32 - 1))
+       pattern=st.sampled_from(footprint.PATTERNS), gather=st.booleans(), seed=st.integers(0, 2**32 - 1))
 def test_both_paths_count_lines_alike_where_blocks_straddle_them(sizes, n, pattern, gather, seed):
     # Bytes of any size (not whole elements or lines), chunks from anywhere, each chunk on one path, then on
     # the other: the same times, counters and block states to the bit.

@@ -20,10 +20,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simsched import Machine, load_machine, locality
+from simsched import Machine, footprint, load_machine, locality
 from simsched.locality import scalar_iterations
 from simsched.cli import main
-from simsched.locality import DataState, Footprint, Gather, Readers, _sum
+from simsched.contention import Readers
+from simsched.footprint import Footprint, Gather
+from simsched.locality import DataState
+from simsched.small_chunks import _sum
 from simsched.loop import Loop
 from simsched.machine import builtin_machine_bytes
 from simsched.workloads import draw_loops, get_workload
@@ -135,8 +138,8 @@ def test_application_chunks_cost_the_same_on_both_paths(name, app):
 
 
 @settings(max_examples=40, deadline=None)
-@given(name=st.sampled_from(list(MACHINES)), pattern=st.sampled_from(locality.PATTERNS),
-       placement=st.sampled_from(locality.PLACEMENTS), n=st.integers(1, 120),
+@given(name=st.sampled_from(list(MACHINES)), pattern=st.sampled_from(footprint.PATTERNS),
+       placement=st.sampled_from(footprint.PLACEMENTS), n=st.integers(1, 120),
        sizes=st.lists(st.integers(0, 40_000), min_size=1, max_size=7), gather=st.booleans(),
        seed=st.integers(0, 2**32 - 1), threads=st.integers(1, 8))
 def test_random_chunks_cost_the_same_on_both_paths(name, pattern, placement, n, sizes, gather, seed, threads):

@@ -25,7 +25,9 @@ SCHEDULERS = ["omp-static", "omp-static:barrier=central", "omp-static:chunk=3", 
 
 
 def test_without_the_extension_native_mode_says_so_in_one_line(monkeypatch, capsys):
-    monkeypatch.setattr(native, "_native", None)
+    from simsched.native import extension
+
+    monkeypatch.setattr(extension, "_native", None)
     assert not native.available()
     with pytest.raises(SimschedError, match="native mode is not built"):
         native.run("omp-static", "uforall:n=10", 1)
@@ -484,7 +486,7 @@ def test_misses_in_flight_stop_where_the_bandwidth_limits():
 
 @needs_native
 def test_calibrate_writes_a_loadable_hierarchy_with_increasing_sizes(tmp_path):
-    from simsched.native.memprobe import caches
+    from simsched.native.hostinfo import caches
 
     out = tmp_path / "host.toml"
     proc = _native_cli("calibrate", "--threads", 1, "--rounds", 100, "--out", out, "--force")
@@ -580,7 +582,7 @@ def test_bad_footprints_are_one_line(args, message):
 
 @needs_native
 def test_validate_locality_prints_its_table(tmp_path):
-    from simsched.native.memprobe import caches
+    from simsched.native.hostinfo import caches
 
     if len(caches()) < 2:
         pytest.skip("sysfs lists fewer than two cache levels here")

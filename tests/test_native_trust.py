@@ -15,7 +15,8 @@ import pytest
 import simsched.native as native
 from simsched import load_machine
 from simsched.cli import main
-from simsched.native import calibrate, hostload, memprobe
+from simsched.errors import SimschedError
+from simsched.native import calibrate, hostload, memprobe, probe_figure
 
 needs_native = pytest.mark.skipif(not native.available(), reason="native runtime not built")
 THREADS = min(2, len(native.cores()))
@@ -34,7 +35,7 @@ def test_the_robust_figure_of_recorded_busy_ping_pongs_is_the_shared_hosts(kind)
     shared, busy = _tries("shared", kind), _tries("busy", kind)
     # A try's mean, as the calibration once took it, counts every batch that waited for a descheduled thread.
     old = float(np.median([t.mean() for t in busy]))
-    robust, reference = calibrate.Figure.of_tries(busy), calibrate.Figure.of_tries(shared)
+    robust, reference = probe_figure.Figure.of_tries(busy), probe_figure.Figure.of_tries(shared)
     assert old > 100 * reference.value
     assert reference.value / 1.1 < robust.value < reference.value * 1.1
     # The busy host moved the threads between tries (one try's batches are 6x faster, another's 2x slower than
@@ -45,12 +46,12 @@ def test_the_robust_figure_of_recorded_busy_ping_pongs_is_the_shared_hosts(kind)
 
 def test_a_figure_is_a_low_percentile_and_says_its_spread():
     samples = np.concatenate([np.full(90, 100.0), np.full(10, 50_000.0)])  # a tenth of them preempted
-    figure = calibrate.Figure.of(samples)
+    figure = probe_figure.Figure.of(samples)
     assert figure.value == 100.0 and figure.median == 100.0 and figure.high > 100.0
     assert figure.spread().startswith("100.0 ns (median 100.0, 90th percentile")
     assert "of 100" in figure.spread()
-    with pytest.raises(native.SimschedError, match="non-finite"):
-        calibrate.Figure.of([1.0, float("nan")])
+    with pytest.raises(SimschedError, match="non-finite"):
+        probe_figure.Figure.of([1.0, float("nan")])
 
 
 def _stat(path: Path, user: int, idle: int, steal: int, running: int = 1) -> None:
@@ -177,7 +178,7 @@ def test_calibrate_on_a_quiet_host_writes_its_load_and_no_doubt(tmp_path, capsys
     text = out.read_text()
     assert "# While measuring: others used 2% and steal took 0% of CPU(s) [0]" in text
     assert "DOUBTFUL" not in text
-    assert "the median of 200" in text and f"the {calibrate.LOW_PERCENTILE}th percentile" in text
+    assert "the median of 200" in text and f"the {probe_figure.LOW_PERCENTILE}th percentile" in text
 
 
 def _cli(*args, timeout=120) -> subprocess.CompletedProcess:
@@ -219,11 +220,11 @@ def test_a_native_run_too_big_for_any_memory_is_one_line_and_writes_nothing(tmp_
 
 @needs_native
 def test_a_native_run_is_refused_before_its_costs_are_drawn(monkeypatch, capsys):
-    from simsched import chunks
+    from simsched import chunklog
 
     from simsched.workloads import Workload
 
-    monkeypatch.setattr(chunks, "memory_bytes", lambda: 1 << 30)
+    monkeypatch.setattr(chunklog, "memory_bytes", lambda: 1 << 30)
 
     def draw(self, rng):
         raise AssertionError("the costs were drawn before the memory was checked")
@@ -234,7 +235,7 @@ def test_a_native_run_is_refused_before_its_costs_are_drawn(monkeypatch, capsys)
                  "uforall:n=100000000"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "1 loop(s) of 100000000 iterations" in err
-    assert f"more than {chunks.MEMORY_SHARE:.0%} of the 1.0 GiB of memory available here" in err
+    assert f"more than {chunklog.MEMORY_SHARE:.0%} of the 1.0 GiB of memory available here" in err
 
 
 @needs_native

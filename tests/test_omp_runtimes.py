@@ -11,7 +11,7 @@ import pytest
 
 import simsched
 import simsched.native as native
-from simsched.analysis.fidelity import CENTRAL, E4_BASELINE, e3_label
+from simsched.analysis.publications import CENTRAL, E4_BASELINE, e3_label
 from simsched.cli import main
 from simsched.native import expected_chunks, native_config
 from simsched.schedulers import get_scheduler

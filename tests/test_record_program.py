@@ -24,8 +24,9 @@ import pytest
 from cli_runs import refused
 
 from simsched.errors import SimschedError
-from simsched.native import ompt, user_program
-from simsched.native.user_program import Probe, combine, iteration_costs, parse_run
+from simsched.native import loop_instances, ompt, program_validation
+from simsched.native.loop_instances import iteration_costs, parse_run
+from simsched.native.user_program import Probe, combine
 from simsched.workloads.trace import TraceFile, trace_metadata
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -219,7 +220,7 @@ def test_a_loop_of_no_iterations_is_left_out_and_its_time_is_serial_code(lines):
             + [(260, IE, 1, 0, 1), (270, PE, 1, 0, 0)])
     run = parse_run(_events(rows))
     assert run.names == ["loop.c:10#0", "loop.c:20#0"] and run.serial_ns == [0.0, 30.0]
-    assert iteration_costs(user_program.Instance(1, 0, FIRST, 0), "loop.c:10#0", EMPTY_NS).size == 0
+    assert iteration_costs(loop_instances.Instance(1, 0, FIRST, 0), "loop.c:10#0", EMPTY_NS).size == 0
 
 
 def test_nested_regions_tasks_and_single_iterations_leave_notes(lines):
@@ -239,7 +240,7 @@ def test_a_loop_the_initial_thread_does_not_run_is_refused():
         parse_run(worker_only)
 
 
-RUNTIME = ompt.Runtime(Path("/opt/intel/libiomp5.so"), "intel", "")
+RUNTIME = ompt.Runtime("libiomp5", Path("/opt/intel/libiomp5.so"))
 PROBE = Probe(empty_chunk_ns=EMPTY_NS, tool_ns_per_chunk=4.0, runtime_ns_per_chunk=6.0)
 
 
@@ -295,7 +296,7 @@ def test_combine_drops_a_run_of_another_shape_with_a_warning(lines):
     (" Guided,4 ", "omp-guided:chunk=4,runtime=llvm"),
 ])
 def test_scheduler_for_models_each_omp_schedule_value(schedule, scheduler):
-    assert user_program.scheduler_for(schedule) == scheduler
+    assert program_validation.scheduler_for(schedule) == scheduler
 
 
 @pytest.mark.parametrize("schedule, needle", [
@@ -311,16 +312,16 @@ def test_scheduler_for_models_each_omp_schedule_value(schedule, scheduler):
 def test_scheduler_for_refuses_values_it_does_not_model(schedule, needle):
     message = re.escape(f"--schedules: {schedule!r}") + ".*" + re.escape(needle)
     with pytest.raises(SimschedError, match=message):
-        user_program.scheduler_for(schedule)
+        program_validation.scheduler_for(schedule)
 
 
 def test_split_schedules_splits_on_spaces_and_semicolons_and_refuses_bad_values():
-    assert user_program.split_schedules("static dynamic,64") == ["static", "dynamic,64"]
-    assert user_program.split_schedules(" static;guided,4 ;dynamic ") == ["static", "guided,4", "dynamic"]
+    assert program_validation.split_schedules("static dynamic,64") == ["static", "dynamic,64"]
+    assert program_validation.split_schedules(" static;guided,4 ;dynamic ") == ["static", "guided,4", "dynamic"]
     for text, needle in [("", "no schedule given"), (" ; ", "no schedule given"),
                          ("static bogus", "'bogus'")]:
         with pytest.raises(SimschedError, match=needle):
-            user_program.split_schedules(text)
+            program_validation.split_schedules(text)
 
 
 # ---- programs recorded through the command line ----------------------------------------------------------
@@ -573,7 +574,7 @@ def test_the_recording_says_how_it_was_made(recorded, runtime):
     meta = trace_metadata(path)
     assert {"runtime", "runtime_version", "schedule", "threads", "block", "repeat", "empty_chunk_ns",
             "tool_ns_per_chunk", "host", "command_line", "program", "chunk_table"} <= set(meta)
-    assert meta["runtime"] == runtime.name and meta["runtime_path"] == str(runtime.path)
+    assert meta["runtime"] == runtime.label and meta["runtime_path"] == str(runtime.path)
     assert isinstance(meta["runtime_version"], str) and meta["runtime_version"]
     assert meta["schedule"] == f"static,{meta['block']}" and 1 <= meta["block"] <= ROWS // 2
     assert (meta["threads"], meta["repeat"], meta["runs_kept"]) == (2, 2, 2)

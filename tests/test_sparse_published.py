@@ -278,10 +278,10 @@ def test_the_documented_table_is_what_the_script_prints():
 
 def test_a_full_size_matrix_whose_data_cannot_fit_is_refused_before_anything_is_drawn(monkeypatch, capsys):
     # 214 million rows with their data need about 250 bytes each; without it about 25.
-    from simsched import budget, chunks
+    from simsched import budget, chunklog
 
-    monkeypatch.setattr(chunks, "memory_room", lambda: (16 * 2**30, "more than the 16.0 GiB allowed here"))
-    monkeypatch.setattr(budget, "memory_room", chunks.memory_room)
+    monkeypatch.setattr(chunklog, "memory_room", lambda: (16 * 2**30, "more than the 16.0 GiB allowed here"))
+    monkeypatch.setattr(budget, "memory_room", chunklog.memory_room)
     args = ["run", "--machine", "haswell-e5-2695v3", "--scheduler", "omp-static", "--threads", "28"]
     assert simsched.cli.main(args + ["--workload", "spmv:like=kmer_V1r"]) == 2
     err = capsys.readouterr().err.strip()

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simsched import Loop, Simulation, SimschedError, get_scheduler, load_machine, simulate_program
-from simsched.locality import Footprint
+from simsched.footprint import Footprint
 from simsched.workloads import get_workload
 from simsched.workloads import trace as trace_module
 from simsched.workloads.trace import TraceFile, trace_metadata, write_trace

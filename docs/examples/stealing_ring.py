@@ -15,7 +15,7 @@ up (after 2(P - 1) failures in a row, having tried every other worker twice) are
 
 from __future__ import annotations
 
-from simsched.schedulers.ich import Stealing
+from simsched.schedulers.stealing import Stealing
 
 
 class RingStealing(Stealing):

@@ -19,7 +19,8 @@ import pandas as pd
 
 from ..errors import SimschedError
 from ..output import save_figure, write_whole
-from .fidelity import DISAGREES, publication_of
+from .publications import publication_of
+from .verdicts import DISAGREES
 
 DEFAULT_FACTORS = (0.8, 1.25)
 # The sections whose numbers --vary takes by default: what each operation costs, not what the machine is.

@@ -8,7 +8,6 @@ import platform
 import tempfile
 import tomllib
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -16,9 +15,12 @@ import numpy as np
 from ..errors import SimschedError
 from ..machine import Machine, load_machine
 from ..output import check_output, write_whole
-from . import check_threads, hostload, require, run
+from . import hostload
+from .extension import check_threads, require
 from .memprobe import hierarchy_text
 from .omp_calibrate import Probe, costs_text, fit_costs, section_text
+from .pinned_runs import run
+from .probe_figure import LOW_PERCENTILE, Figure
 
 
 def _clock_ghz() -> tuple[float, str]:
@@ -62,8 +64,6 @@ def atomics_line(arch: str | None = None, cpuinfo: str | None = None) -> str:
     return f"# atomics: not known for {arch}; the simulator's default (locked) applies"
 
 
-# Each figure is this percentile of its probe's samples (see Figure).
-LOW_PERCENTILE = 10
 # Tries of each ping-pong per pair of CPUs, each timed in batches of at most this many round trips.
 PINGPONG_TRIES = 5
 PINGPONG_BATCH = 100
@@ -86,57 +86,6 @@ CHUNK_PROBE_LOOPS = 20
 LOOP_PROBE_LOOPS = 200
 
 
-@dataclass(frozen=True)
-class Figure:
-    """One measured figure from a probe's repeated samples: a low percentile, with the samples' spread.
-
-    Other work on a shared host only ever makes a sample slower, so the fastest samples are the
-    hardware's: the figure is their LOW_PERCENTILE-th percentile, not the least, which one lucky
-    sample would set. A probe run in several tries takes the median of its tries' low percentiles,
-    and ``apart`` says how far those are apart (1: they agree).
-    """
-
-    value: float
-    median: float
-    high: float
-    samples: int
-    apart: float = 1.0
-
-    @classmethod
-    def of(cls, samples, percentile: float = LOW_PERCENTILE) -> "Figure":
-        """The figure of one set of ``samples``: their ``percentile``, median and 90th percentile."""
-        values = _finite(samples)
-        low, median, high = np.percentile(values, [percentile, 50, 90])
-        return cls(float(low), float(median), float(high), int(values.size))
-
-    @classmethod
-    def of_tries(cls, tries) -> "Figure":
-        """The figure of a probe's tries (a set of samples each): the median of their low percentiles."""
-        lows = [float(np.percentile(_finite(t), LOW_PERCENTILE)) for t in tries]
-        values = np.concatenate([_finite(t) for t in tries])
-        median, high = np.percentile(values, [50, 90])
-        return cls(float(np.median(lows)), float(median), float(high), int(values.size), tries_agree(lows))
-
-    def spread(self, unit: str = "ns", digits: int = 1) -> str:
-        """The figure and its spread in words: ``48.1 ns (median 50.2, 90th percentile 61.0 of 1000)``."""
-        apart = f", tries {self.apart:.2f}x apart" if self.apart != 1.0 else ""
-        return (f"{self.value:.{digits}f} {unit} (median {self.median:.{digits}f}, 90th percentile "
-                f"{self.high:.{digits}f} of {self.samples}{apart})")
-
-
-def _finite(samples) -> np.ndarray:
-    values = np.asarray(samples, dtype=float).ravel()
-    if values.size == 0 or not np.isfinite(values).all():
-        raise SimschedError("calibration: a probe returned no samples or non-finite ones")
-    return values
-
-
-def tries_agree(lows) -> float:
-    """How far a probe's tries are apart: the largest of their low percentiles over the least (1: agreed)."""
-    lows = np.asarray(lows, dtype=float)
-    return float(lows.max() / lows.min()) if lows.size and lows.min() > 0 else float("inf")
-
-
 def _check_rounds(rounds) -> None:
     if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= 10_000_000:
         raise SimschedError(f"rounds must be an integer in [1, 10000000], got {rounds!r}")
@@ -151,7 +100,7 @@ def measure(threads: int | None = None, rounds: int = 20000, progress=print, ope
     were measured (``m["load"]``), or tries of one probe that disagree. With ``openmp`` (an
     :class:`.omp_calibrate.Probe`), ``m["openmp"]`` holds that OpenMP runtime's figures.
     """
-    from . import _native, cores
+    from .extension import _native, cores
 
     require()
     _check_rounds(rounds)
@@ -280,7 +229,7 @@ NOISE_THRESHOLD_SHARE = 0.1
 
 def noise_profile(cpus: list[int], quantum_ns: float = NOISE_QUANTUM_NS, samples: int = NOISE_SAMPLES) -> dict:
     """Interruptions per second and their mean duration, from fixed work quanta timed on each CPU in turn."""
-    from . import _native
+    from .extension import _native
 
     count, lost, total, longest = 0, 0.0, 0.0, 0.0
     for cpu in cpus:
@@ -428,7 +377,7 @@ def calibrate(out: str | Path, threads: int | None = None, rounds: int = 20000, 
     With ``openmp`` (a runtime's library, ``gnu``, or "" for the default: see :mod:`.omp_calibrate`),
     [costs_ns] loop_setup and chunk are that OpenMP runtime's, and [openmp] holds its figures.
     """
-    from . import cores
+    from .extension import cores
 
     out = check_output(out, "--out")
     require()

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SimschedError
-from . import INT32
+from .extension import INT32
 
 
 @dataclass
@@ -90,8 +90,8 @@ def bfs(graph: "str | Path", source: int = 0) -> Kernel:
 def memory(n: int, array_bytes: int, pattern: str = "stride", repeat: int = 1, seed: int = 0) -> Kernel:
     """The memory kernel: one loop of ``n`` iterations, each over an array of ``array_bytes`` of its own with
     ``pattern``, ``repeat`` loops over the same arrays."""
-    from ..locality import ELEMENT_BYTES, PATTERNS, Footprint
-    from . import kernel
+    from ..footprint import ELEMENT_BYTES, PATTERNS, Footprint
+    from .memkernel import kernel
 
     for name, value, low in (("--n", n, 1), ("--array-bytes", array_bytes, ELEMENT_BYTES), ("--repeat", repeat, 1),
                              ("--seed", seed, 0)):

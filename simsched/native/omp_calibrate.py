@@ -21,6 +21,7 @@ import numpy as np
 from ..errors import SimschedError
 from ..machine import OPENMP_RUNTIMES as RUNTIMES
 from . import ompt, openmp
+from .ompt import Runtime
 
 PROBE = "omp_runtime_probe"
 # Each figure is the median of this many timed loops (or blocks of fork/joins), after one left out.
@@ -44,23 +45,6 @@ FIT_ROUNDS = 6
 WHAT_VERSION = re.compile(rb"@\(#\) ([^\x00\n]*OMP version: [^\x00\n]*)")
 OPENMP_MACRO = re.compile(r"_OPENMP\s*=\s*'(\d+)'")
 VERSION_SCAN_BYTES = 64 << 20
-
-
-@dataclass(frozen=True)
-class Runtime:
-    """The OpenMP runtime to calibrate: its library (None: whichever libgomp the probe loads) and its name."""
-
-    name: str           # libiomp5, libomp or libgomp
-    path: Path | None
-
-    @property
-    def profile(self) -> str:
-        """The omp schedulers' ``runtime=`` profile that models this runtime."""
-        return RUNTIMES[self.name]
-
-    def describe(self) -> str:
-        """The runtime in words: its name, and its library where one was named."""
-        return f"{self.name} ({self.path})" if self.path is not None else self.name
 
 
 def _named(path: Path) -> str | None:
@@ -235,7 +219,7 @@ class Probe:
 
     def measure(self, progress=print) -> dict:
         """Run the probe: the runtime's figures (see :func:`figures`), its library, version and profile."""
-        from .calibrate import Figure
+        from .probe_figure import Figure
 
         progress(f"the OpenMP runtime {self.runtime.describe()} on {len(self.cpus)} thread(s): empty loops "
                  f"of {self.chunks:,} iterations a thread and blocks of {self.forks} fork/joins, the median "

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SimschedError
+from ..machine import OPENMP_RUNTIMES
 
 HERE = Path(__file__).resolve().parent
 # The names a program may ask for its OpenMP runtime by; the links in the shim folder carry all of them.
@@ -65,15 +66,25 @@ def tool_path() -> Path:
 
 @dataclass(frozen=True)
 class Runtime:
-    """An OpenMP runtime with the tool interface: its library and what it is."""
+    """An OpenMP runtime: which one, its library (None: whichever libgomp a program loads) and its version."""
 
-    path: Path
-    kind: str  # "intel" (libiomp5) or "llvm" (libomp)
-    version: str  # LLVM's major version where the path says it, else ""
+    name: str           # libiomp5, libomp or libgomp
+    path: Path | None
+    version: str = ""   # LLVM's major version where the path says it, else ""
 
     @property
-    def name(self) -> str:
-        return "libiomp5" if self.kind == "intel" else f"libomp{' ' + self.version if self.version else ''}"
+    def label(self) -> str:
+        """The runtime's name with LLVM's version where the path says it: libiomp5, libomp 16."""
+        return f"{self.name}{' ' + self.version if self.version else ''}"
+
+    @property
+    def profile(self) -> str:
+        """The omp schedulers' ``runtime=`` profile that models this runtime."""
+        return OPENMP_RUNTIMES[self.name]
+
+    def describe(self) -> str:
+        """The runtime in words: its name, and its library where one was named."""
+        return f"{self.name} ({self.path})" if self.path is not None else self.name
 
 
 def _llvm_version(path: Path) -> str:
@@ -92,14 +103,14 @@ def runtime_at(path: str | Path, option: str = "--runtime") -> Runtime:
         raise SimschedError(f"{option} {path}: no such file")
     name = path.resolve().name
     if name.startswith("libiomp5"):
-        return Runtime(path, "intel", "")
+        return Runtime("libiomp5", path)
     if name.startswith("libomp"):
         version = _llvm_version(path)
         if version and int(version) < FIRST_LLVM_WITH_CHUNKS:
             raise SimschedError(f"{option} {path}: LLVM's libomp {version} does not report chunks to a tool "
                                 f"(ompt_callback_dispatch); use libomp {FIRST_LLVM_WITH_CHUNKS} or later, or "
                                 "Intel's libiomp5 (pip install --no-deps intel-openmp)")
-        return Runtime(path, "llvm", version)
+        return Runtime("libomp", path, version)
     raise SimschedError(f"{option} {path}: not an OMPT runtime (expected libiomp5.so or libomp.so.5)")
 
 
@@ -308,7 +319,7 @@ def check_callbacks(events: Events, runtime: Runtime) -> None:
     """Refuse a recording from a runtime that would not report threads, loops or chunks."""
     missing = [CALLBACK_NAMES[c] for c in NEEDED_CALLBACKS if c in events.refused]
     if missing:
-        raise SimschedError(f"the runtime {runtime.path} ({events.runtime_version or runtime.name}) does not "
+        raise SimschedError(f"the runtime {runtime.path} ({events.runtime_version or runtime.label}) does not "
                             f"deliver {', '.join('ompt_callback_' + m for m in missing)}: use Intel's libiomp5 "
                             f"(pip install --no-deps intel-openmp) or LLVM's libomp {FIRST_LLVM_WITH_CHUNKS} or later")
 

@@ -22,7 +22,10 @@ from ..engine import simulate
 from ..errors import SimschedError
 from ..machine import load_machine
 from ..host import HOST_MACHINE_FILE
-from . import MAX_REPEAT, _check_integer, as_run_natively, check_threads, openmp, require, run
+from . import openmp
+from .extension import MAX_REPEAT, _check_integer, check_threads, require
+from .pinned_runs import run
+from .shares import as_run_natively
 
 CONF95 = 1.96
 # The loop the simulation averages over, after its first (which starts from cold workers).

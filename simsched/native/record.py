@@ -23,8 +23,9 @@ import numpy as np
 from ..errors import SimschedError
 from ..output import check_output
 from ..schedulers import get_scheduler
-from . import DEFAULT_TIMEOUT_S, _check_integer, execute, require
+from .extension import DEFAULT_TIMEOUT_S, _check_integer, require
 from .kernels import Kernel
+from .pinned_runs import execute
 
 # A block lasts at least this many empty blocks: the timer's share of its span is at most 1/BLOCK_SPANS.
 BLOCK_SPANS = 20

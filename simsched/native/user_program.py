@@ -1,4 +1,4 @@
-"""A user's OpenMP program recorded into a program trace, and the trace checked against the program's own runs.
+"""A user's OpenMP program recorded into a program trace: the runs under the tool, their costs, the files.
 
 Recording runs the program under simsched's OMPT tool with ``OMP_SCHEDULE=static,K`` on P bound
 threads. Every chunk the runtime hands out is reported with its first iteration and size; a
@@ -21,27 +21,24 @@ What the program does before its first loop (reading input, starting threads) is
 from __future__ import annotations
 
 import datetime
-import math
-import os
 import platform
 import shlex
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ..errors import SimschedError
-from . import _check_integer, _check_timeout, openmp
-from . import ompt
+from . import ompt, openmp
+from .extension import _check_integer, _check_timeout
+from .loop_instances import Run, iteration_costs, parse_run
 from .record import choose_block
 
 DEFAULT_THREADS = 2
 DEFAULT_REPEAT = 3
-DEFAULT_ROUNDS = 5
 DEFAULT_TIMEOUT_S = 600.0
-DEFAULT_SCHEDULES = ("static", "dynamic,1", "dynamic,64", "guided")
 # A chunk lasts at least this many empty chunks: the runtime's, the tool's and the boundary's shares stay small.
 RECORD_SPANS = 100
 PROBE_ITERATIONS = 20_000
@@ -50,193 +47,6 @@ PROBE_REPEAT = 41
 DEBUG_CHUNK_NS = 200.0
 # Below this share of the program's time, loops the runtime cannot see are not worth a warning.
 UNSEEN_SHARE = 0.05
-SCHEDULE_KINDS = ("static", "dynamic", "guided")
-
-
-@dataclass
-class Instance:
-    """One loop instance of one run: where it is in the program, its chunks and its times (ns)."""
-
-    region: int
-    position: int  # its place among the region's loops
-    code: int
-    count: int
-    schedule: str = ""  # the schedule the runtime says it ran ("static", "dynamic", "guided"; "" unknown)
-    begins: dict[int, float] = field(default_factory=dict)  # thread -> when it entered the loop
-    ends: dict[int, float] = field(default_factory=dict)
-    chunks: list[np.ndarray] = field(default_factory=list)  # per thread: (start, iterations, begin, end) rows
-
-    @property
-    def begin(self) -> float:
-        return min(self.begins.values())
-
-    @property
-    def end(self) -> float:
-        return max(self.ends.values(), default=self.begin)
-
-    def chunk_table(self) -> np.ndarray:
-        """Every chunk as rows (thread, start, iterations, begin ns, end ns)."""
-        rows = [np.column_stack((np.full(len(c), t), c)) for t, c in enumerate(self.chunks) if len(c)]
-        return np.concatenate(rows) if rows else np.empty((0, 5))
-
-
-@dataclass
-class Run:
-    """One run's loop instances in program order, the serial code before each, and what the trace cannot hold."""
-
-    instances: list[Instance]
-    serial_ns: list[float]
-    names: list[str]
-    notes: list[str]
-    runtime_version: str
-    unseen_ns: float  # the initial thread's time in parallel regions outside every reported loop and barrier
-
-    @property
-    def shape(self) -> list[tuple[str, int]]:
-        return [(name, inst.count) for name, inst in zip(self.names, self.instances)]
-
-    @property
-    def span_ns(self) -> float:
-        """From the first loop's start to the last loop's end."""
-        return self.instances[-1].end - self.instances[0].begin if self.instances else 0.0
-
-
-def _pairs(kinds: np.ndarray, times: np.ndarray, opening: int, closing: int) -> list[tuple[float, float]]:
-    """Intervals from each ``opening`` record to the next ``closing`` one on a thread."""
-    opens = np.flatnonzero(kinds == opening)
-    closes = np.flatnonzero(kinds == closing)
-    at = np.searchsorted(closes, opens)
-    return [(float(times[o]), float(times[closes[a]])) for o, a in zip(opens, at) if a < closes.size]
-
-
-def _overlap(intervals: list[tuple[float, float]], low: float, high: float) -> float:
-    return float(sum(max(0.0, min(e, high) - max(s, low)) for s, e in intervals))
-
-
-def parse_run(events: ompt.Events) -> Run:
-    """A run's loop instances from the tool's records, checked: each instance's chunks cover it exactly once."""
-    instances: dict[tuple[int, int], Instance] = {}
-    notes: list[str] = []
-    nested = tasks = iterations = 0
-    for thread, records in enumerate(events.threads):
-        kinds, times = records["kind"], records["time"]
-        # What the tool spent making record blocks, up to each record: taken off the chunks it fell in.
-        made = np.cumsum(np.where(kinds == ompt.TOOL, records["b"].astype(float) * events.ns_per_tick, 0.0))
-        positions: dict[int, int] = {}
-        opened: tuple[Instance, int] | None = None
-        nested += int(np.count_nonzero((kinds == ompt.IMPLICIT_BEGIN) & (records["c"] > 1)))
-        tasks += int(np.count_nonzero(kinds == ompt.TASK_CREATE))
-        iterations += int(np.count_nonzero(kinds == ompt.ITERATION))
-        for i in np.flatnonzero((kinds == ompt.WORK_BEGIN) | (kinds == ompt.WORK_END)):
-            if int(records["b"][i]) >> 32 not in ompt.LOOP_WORK:
-                continue
-            region = int(records["a"][i])
-            if kinds[i] == ompt.WORK_BEGIN:
-                position = positions.get(region, 0)
-                positions[region] = position + 1
-                count = int(records["b"][i + 1]) if i + 1 < kinds.size and kinds[i + 1] == ompt.COUNT else 0
-                work = ompt.LOOP_WORK[int(records["b"][i]) >> 32]
-                inst = instances.setdefault((region, position),
-                                            Instance(region, position, int(records["c"][i]), count, work))
-                inst.begins[thread] = float(times[i])
-                opened = (inst, i)
-            elif opened is not None:
-                inst, first = opened
-                inst.ends[thread] = float(times[i])
-                chunk = first + np.flatnonzero(kinds[first:i] == ompt.CHUNK)
-                # A chunk lasts until the thread's next chunk or the loop's end, not its next record: the
-                # tasks its iterations create (and their taskwaits) are records inside it.
-                until = np.append(chunk[1:], i)[:chunk.size]
-                rows = np.column_stack((records["b"][chunk].astype(np.int64), records["c"][chunk].astype(np.int64),
-                                        times[chunk], times[until] - (made[until - 1] - made[chunk])))
-                while len(inst.chunks) <= thread:
-                    inst.chunks.append(np.empty((0, 4)))
-                inst.chunks[thread] = rows
-                opened = None
-    if nested:
-        notes.append("nested parallel regions: the trace holds their loops as if each ran on the whole team")
-    if tasks:
-        notes.append(f"{tasks} explicit task(s) created: the trace does not hold tasks, their time counts in "
-                     "the loops or serial code around them")
-    if iterations:
-        notes.append("the runtime reported single iterations, not chunks: those loops are not recorded")
-    # A loop of no iterations has nothing to schedule: its time is the serial code around it.
-    ordered = [instances[key] for key in sorted(instances) if instances[key].count > 0]
-    master = events.threads[0] if events.threads else np.empty(0, dtype=ompt.RECORD_DTYPE)
-    kinds, times = master["kind"], master["time"]
-    in_runtime = (_pairs(kinds, times, ompt.SYNC_BEGIN, ompt.SYNC_END)
-                  + _pairs(kinds, times, ompt.PARALLEL_BEGIN, ompt.IMPLICIT_BEGIN)
-                  + _pairs(kinds, times, ompt.IMPLICIT_END, ompt.PARALLEL_END))
-    regions = _pairs(kinds, times, ompt.IMPLICIT_BEGIN, ompt.IMPLICIT_END)
-    serial, unseen = [], 0.0
-    for k, inst in enumerate(ordered):
-        if 0 not in inst.begins:
-            raise SimschedError("the initial thread did not take part in a loop: nested or orphaned parallel "
-                                "regions are not supported")
-        if k == 0:
-            serial.append(0.0)
-            continue
-        low, high = ordered[k - 1].ends.get(0, ordered[k - 1].end), inst.begins[0]
-        gap = max(high - low, 0.0)
-        serial.append(max(gap - _overlap(in_runtime, low, high), 0.0))
-        # Time in a parallel region that is neither a loop nor the runtime: code every thread runs, or a loop
-        # the runtime never sees (a static schedule compiled inline).
-        unseen += max(_overlap(regions, low, high) - _overlap(in_runtime, low, high), 0.0)
-    labels = [ompt.source_line(*events.codes[inst.code]) if inst.code in events.codes else f"{inst.code:#x}"
-              for inst in ordered]
-    seen: dict[str, int] = {}
-    numbered = []
-    for label in labels:
-        numbered.append(f"{label}#{seen.get(label, 0)}")
-        seen[label] = seen.get(label, 0) + 1
-    return Run(ordered, serial, numbered, notes, events.runtime_version, unseen)
-
-
-def iteration_costs(inst: Instance, name: str, empty_ns: float) -> np.ndarray:
-    """Each iteration's cost (ns): its chunk's span less an empty chunk's, spread over the chunk."""
-    table = inst.chunk_table()
-    if inst.count == 0:
-        return np.zeros(0)
-    if table.size == 0:
-        raise SimschedError(f"loop {name}: the runtime reported no chunks (a loop compiled with a static "
-                            "schedule: compile it with schedule(runtime))")
-    starts, sizes = table[:, 1].astype(np.int64), table[:, 2].astype(np.int64)
-    order = np.argsort(starts, kind="stable")
-    starts, sizes = starts[order], sizes[order]
-    # A chunk reports the lowest value its loop variable takes in it; with a step other than 1, consecutive
-    # chunks say the step. Each must then start a whole number of steps after the first.
-    step = 1
-    if starts.size > 1 and sizes[0] > 0 and (starts[1] - starts[0]) % sizes[0] == 0:
-        step = int((starts[1] - starts[0]) // sizes[0]) or 1
-    offsets = starts - starts[0]
-    logical = offsets // step
-    if (np.any(sizes <= 0) or np.any(offsets % step) or np.any(logical[1:] != np.cumsum(sizes)[:-1])
-            or int(sizes.sum()) != inst.count):
-        raise SimschedError(f"loop {name}: the runtime's chunks do not cover its {inst.count} iterations exactly "
-                            "once")
-    if _counts_down(table, inst.schedule):
-        order = order[::-1]  # the program runs the highest values first
-    spans = (table[order, 4] - table[order, 3]) - empty_ns
-    sizes = table[order, 2].astype(np.int64)
-    return np.repeat(np.maximum(spans, 0.0) / sizes, sizes)
-
-
-def _counts_down(table: np.ndarray, schedule: str) -> bool:
-    """Whether a loop's chunks ran from its highest values down: a thread's later chunks start lower; with one
-    chunk a thread, under a dynamic or guided schedule the first chunk handed out starts highest, under a
-    static one (the recording's, or one the runtime does not name) thread 0's, which holds the first."""
-    threads, starts, begins = table[:, 0], table[:, 1], table[:, 3]
-    votes = 0
-    for thread in np.unique(threads):
-        mine = starts[threads == thread]  # in the order the thread was given them
-        votes += int(np.sign(np.diff(mine)).sum())
-    if votes:
-        return votes < 0
-    if starts.size < 2:
-        return False
-    if schedule in ("dynamic", "guided"):
-        return bool(starts[np.argmin(begins)] == starts.max())
-    return bool(starts[threads == threads.min()][0] == starts.max())  # static (the recording's schedule)
 
 
 @dataclass
@@ -374,7 +184,7 @@ def record_program(command: list[str], threads: int = DEFAULT_THREADS, repeat: i
                       "sharing caches and memory do to each other")
     with ompt.scratch() as scratch:
         recorder = Recorder(list(command), threads, chosen, Path(scratch), timeout_s)
-        progress(f"probing {chosen.name} ({chosen.path}) on {threads} threads")
+        progress(f"probing {chosen.label} ({chosen.path}) on {threads} threads")
         probe = probe_runtime(chosen, recorder.shim, threads, Path(scratch), timeout_s)
         if probe.runtime_ns_per_chunk > DEBUG_CHUNK_NS:
             warnings.warn(f"the runtime {chosen.path} takes {probe.runtime_ns_per_chunk:.0f} ns a chunk (a debug "
@@ -431,7 +241,7 @@ def combine(runs: list[Run], command: list[str], runtime: ompt.Runtime, probe: P
                                             "start": table[:, 1].astype(np.int64),
                                             "iterations": table[:, 2].astype(np.int64),
                                             "begin_ns": table[:, 3], "end_ns": table[:, 4]}))
-    meta = {"program": list(command), "command_line": shlex.join(command), "runtime": runtime.name,
+    meta = {"program": list(command), "command_line": shlex.join(command), "runtime": runtime.label,
             "runtime_path": str(runtime.path), "runtime_version": first.runtime_version,
             "schedule": f"static,{block}", "threads": threads, "block": block, "repeat": len(runs),
             "runs_kept": len(kept), "empty_chunk_ns": round(probe.empty_chunk_ns, 2),
@@ -470,149 +280,3 @@ def write_recording(out: Path, recording: Recording) -> Path:
     except BaseException:
         table_path.unlink(missing_ok=True)  # both files or neither
         raise
-
-
-# ---- validation -------------------------------------------------------------------------------------------
-
-def scheduler_for(schedule: str) -> str:
-    """The simsched scheduler that models an OMP_SCHEDULE value on LLVM's (and Intel's) runtime."""
-    kind, comma, chunk = schedule.strip().partition(",")
-    kind = kind.strip().lower()
-    if kind not in SCHEDULE_KINDS:
-        raise SimschedError(f"--schedules: {schedule!r} is not an OMP_SCHEDULE value simsched models "
-                            "(static[,K], dynamic[,K] or guided[,K])")
-    # "static," too is refused: the runtime ignores such a value, so the runs would not be under it.
-    if comma and not (chunk.strip().isdigit() and int(chunk) >= 1):
-        raise SimschedError(f"--schedules: {schedule!r}: the chunk size must be an integer >= 1")
-    k = int(chunk) if comma else (1 if kind == "dynamic" else 0)  # dynamic's default chunk is 1
-    return f"omp-{kind}:" + ",".join(([f"chunk={k}"] if k else []) + ["runtime=llvm"])
-
-
-def split_schedules(text: str) -> list[str]:
-    """OMP_SCHEDULE values separated by ';' or by spaces (a comma belongs to a value: dynamic,64)."""
-    schedules = [s.strip() for s in text.replace(";", " ").split() if s.strip()]
-    if not schedules:
-        raise SimschedError("--schedules: no schedule given")
-    for schedule in schedules:
-        scheduler_for(schedule)
-    return schedules
-
-
-def _by_site(names: list[str], values) -> dict[str, list[float]]:
-    """Values of the loop instances named ``site#k``, grouped by site in order of first appearance."""
-    sites: dict[str, list[float]] = {}
-    for name, value in zip(names, values):
-        sites.setdefault(name.rpartition("#")[0], []).append(float(value))
-    return sites
-
-
-def _error(simulated: float, measured: float) -> float | None:
-    return simulated / measured - 1.0 if measured > 0 else None
-
-
-def check_validation(trace: Path | None, rounds: int) -> None:
-    """Refuse, before the program runs, --rounds out of range and a --trace that is missing or unreadable."""
-    from ..workloads.trace import TraceFile
-
-    _check_integer("--rounds", rounds, 1, 1000)
-    if trace is not None:
-        next(iter(TraceFile(trace).loops()), None)  # its format and first loop: what a run would find last
-
-
-def validate_program(command: list[str], trace: Path, machine, schedules=DEFAULT_SCHEDULES,
-                     rounds: int = DEFAULT_ROUNDS, threads: int = DEFAULT_THREADS, runtime: str | None = None,
-                     timeout_s: float = DEFAULT_TIMEOUT_S, seed: int = 0, progress=None) -> dict:
-    """Per loop site and schedule, an instance's measured time (median over ``rounds`` runs) and simulated time.
-
-    The rounds run every schedule in turn; ``load_average`` is the host's one-minute load average
-    before the first run and after the last.
-
-    The runs record loops, not chunks, so that a measured loop pays no tool callback per chunk.
-    A loop site's time is the mean over its instances (a program whose loop runs until it
-    converges may run it a different number of times under another schedule); an instance runs
-    from its first thread's start to its last thread's end. The program's time runs from the
-    first loop's start to the last loop's end; its simulated time is the trace's makespan (loops
-    and the serial code between); ``same_loops`` says whether the runs had the trace's loops.
-    """
-    from ..engine import simulate_program
-    from ..machine import load_machine
-    from ..workloads import get_workload
-
-    progress = progress or (lambda line: None)
-    check_validation(trace, rounds)
-    check_counts(threads, 1, None, timeout_s)
-    model = load_machine(machine)
-    if isinstance(machine, (str, Path)) and Path(machine).is_file():
-        from .validate import warn_if_doubtful
-
-        warn_if_doubtful(Path(machine), Path(machine).read_text(encoding="utf-8", errors="replace").splitlines())
-    schedules = list(schedules)
-    for schedule in schedules:
-        scheduler_for(schedule)
-    chosen = check_recordable(command, runtime)
-    load = [os.getloadavg()[0]]
-    measured: dict[str, list[dict[str, list[float]]]] = {schedule: [] for schedule in schedules}
-    spans: dict[str, list[float]] = {schedule: [] for schedule in schedules}
-    shapes: dict[str, list[list[str]]] = {schedule: [] for schedule in schedules}
-    ignored: dict[str, set[str]] = {schedule: set() for schedule in schedules}  # sites OMP_SCHEDULE did not reach
-    with ompt.scratch() as scratch:
-        recorder = Recorder(list(command), threads, chosen, Path(scratch), timeout_s)
-        # Round after round, every schedule once: a change in the host's load falls on all of them alike.
-        for r in range(rounds):
-            for schedule in schedules:
-                what = f"round {r + 1} of {rounds} under OMP_SCHEDULE={schedule}"
-                progress(what)
-                run = recorder.run(schedule, what, chunks=False)  # a loop's time without a callback per chunk
-                measured[schedule].append(_by_site(run.names, [inst.end - inst.begin for inst in run.instances]))
-                spans[schedule].append(run.span_ns)
-                shapes[schedule].append(run.names)
-                ignored[schedule].update(compiled_schedules(run, schedule.partition(",")[0].strip().lower()))
-    load.append(os.getloadavg()[0])
-    for schedule, sites in ignored.items():
-        if sites:
-            warnings.warn(f"under OMP_SCHEDULE={schedule}, loop(s) {', '.join(sorted(sites))} ran the schedule "
-                          "compiled into them: their measured times are not that schedule's")
-    rows, program = [], []
-    for schedule in schedules:
-        spec = scheduler_for(schedule)
-        result = simulate_program(model, spec, [get_workload("trace", path=str(trace))], threads, seed=seed,
-                                  keep_chunks=False)
-        for site, times in _by_site(result.loop_names, result.loop_ns).items():
-            sim_ns = float(np.mean(times))
-            per_round = [float(np.mean(sites[site])) for sites in measured[schedule] if site in sites]
-            counts = [len(sites.get(site, [])) for sites in measured[schedule]]
-            value = float(np.median(per_round)) if per_round else math.nan
-            rows.append({"loop": site, "schedule": schedule, "measured_ns": value, "simulated_ns": sim_ns,
-                         "error": _error(sim_ns, value), "instances": float(np.median(counts)),
-                         "trace_instances": len(times), "measured_min_ns": min(per_round, default=math.nan),
-                         "measured_max_ns": max(per_round, default=math.nan),
-                         "schedule_followed": site not in ignored[schedule]})
-        value = float(np.median(spans[schedule]))
-        program.append({"schedule": schedule, "measured_ns": value, "simulated_ns": result.makespan_ns,
-                        "error": _error(result.makespan_ns, value), "scheduler": spec,
-                        "same_loops": all(shape == result.loop_names for shape in shapes[schedule])})
-    return {"program": program, "rows": rows, "machine": model.name, "threads": threads, "rounds": rounds,
-            "runtime": chosen.name, "trace": str(trace), "load_average": load}
-
-
-def format_validation(report: dict) -> str:
-    """The validation as a table: per loop site and schedule, an instance's measured and simulated time."""
-    def error(row) -> str:
-        return "" if row["error"] is None else f"{row['error']:+.1%}"
-
-    lines = [f"{'loop (per instance)':<28} {'schedule':<12} {'instances':>9} {'measured us':>12} "
-             f"{'simulated us':>13} {'error':>8}  {'measured min-max us':>21}"]
-    for row in report["rows"]:
-        lines.append(f"{row['loop']:<28} {row['schedule']:<12} {row['instances']:>9g} "
-                     f"{row['measured_ns'] / 1e3:12.1f} {row['simulated_ns'] / 1e3:13.1f} {error(row):>8}  "
-                     f"{row['measured_min_ns'] / 1e3:>10.1f}-{row['measured_max_ns'] / 1e3:<10.1f}"
-                     + ("" if row["schedule_followed"] else "  (ran its compiled schedule)"))
-    lines.append("")
-    lines.append(f"whole program ({report['threads']} threads, {report['runtime']}, median of {report['rounds']} "
-                 f"rounds, simulated on {report['machine']}; load average {report['load_average'][0]:.2f} "
-                 f"before, {report['load_average'][1]:.2f} after):")
-    for row in report["program"]:
-        differs = "" if row["same_loops"] else "  (the runs' loops differ from the trace's)"
-        lines.append(f"  {row['schedule']:<12} measured {row['measured_ns'] / 1e3:12.1f} us   simulated "
-                     f"{row['simulated_ns'] / 1e3:12.1f} us   {error(row):>8}   ({row['scheduler']}){differs}")
-    return "\n".join(lines)

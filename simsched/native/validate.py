@@ -15,9 +15,12 @@ from ..engine import simulate
 from ..errors import SimschedError
 from ..machine import load_machine
 from ..host import HOST_MACHINE_FILE
-from . import NATIVE, _check_integer, as_run_natively, check_threads, openmp, require, run
+from . import openmp
 from .calibrate import DOUBTFUL
+from .extension import _check_integer, check_threads, require
 from .memprobe import half_private
+from .pinned_runs import run
+from .shares import NATIVE, as_run_natively
 
 
 def warn_if_doubtful(path: Path, lines: list[str]) -> None:
@@ -329,7 +332,7 @@ def validate_trace(workload: str, machine=HOST_MACHINE_FILE, threads: int | None
     from ..engine import simulate_program
     from ..schedulers import get_scheduler
     from ..workloads import get_workload
-    from . import execute
+    from .pinned_runs import execute
     from .kernels import from_meta
 
     require()

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ..memory import fire_at
+from ..simpy_access import fire_at
 from .barriers import make_barrier
 from .base import block, run_block
-from .stealing import RANGE, Frame, WorkStealing
+from .forkjoin import RANGE, Frame, WorkStealing
 
 CLAIM = "claim"  # deque item (CLAIM, owner, i, frame): the claiming loop DoHybridLoop(owner), at step i
 

@@ -193,11 +193,11 @@ def index_claims(sim, w, index, line, ranges):
     mem, loop = sim.memory, sim.loops[index]
     inline, speedups = memory_module.INLINE and not mem.reservations, memory_module.speedups
     if inline and speedups is not None and loop.data is None and sim.noise is None:
-        prefix, slow, plain, pending, full, flush, mark = sim.inline_chunks(w, index)
+        sink = sim.inline_chunks(w, index)
         k, count = fixed_chunk(ranges), len(ranges)
         return speedups.claims(sim.env, w, index, line, [row[w] for row in mem.transfer], mem.atomic_ns, k,
-                               count, ranges, loop.n, loop.prefix, sim.costs["chunk"], pending, slow, flush,
-                               full, mark, mem._notify, partial(claimed, sim, w, inline))
+                               count, ranges, loop.n, loop.prefix, sim.costs["chunk"], sink.pending, sink.slow,
+                               sink.flush, sink.full, sink.mark, mem._notify, partial(claimed, sim, w, inline))
     return index_claim_steps(sim, w, index, line, ranges, inline)
 
 
@@ -231,7 +231,7 @@ def index_claim_steps(sim, w, index, line, ranges, inline):
     chunks = transfers = 0
     scheduling = busy = 0.0
     while True:
-        now = env._now
+        now = env.clock
         if inline:
             free = line.free_at
             t = free if free > now else now

@@ -1,266 +1,263 @@
-"""Work stealing: Cilk-style deques (THE protocol), random victims, sleeping thieves.
+"""Chunked work stealing over per-thread contiguous queues, the base of iCh's adaptive chunks.
 
-Each worker owns a deque of continuations. Splitting a range pushes its upper half at
-the tail (a spawn); the owner pops at the tail; a thief locks a random victim's deque
-and takes the head, the oldest and largest piece. Stolen work runs in a new *frame*
-whose completion is reported to its parent's join counter; a loop is done when its
-root frame's own strand and every stolen descendant have finished. The worker that
-finishes a frame last resumes what follows its sync, as in Cilk, so the next loop of a
-program starts on whichever worker completed the previous one.
+Each worker's queue is a range [begin, end) of unstarted iterations on a line homed at
+its core, guarded by a lock line of its own. Every critical section (own take, steal
+attempt) is issued in one step and folded into one timeout: the lock is one atomic, the
+rest is chained after it (``at=``), and the unlock store keeps the lock line busy until
+then, so whoever comes next queues behind the holder (a queued lock) and pays the line
+transfer.
 
-Deque operations by the owner are charged on the deque's head and tail lines; they
-cost little unless a thief touched them. Pushes and pops are folded into the next
-leaf's single event, so events grow with leaves and steal attempts, not iterations.
+Termination: a thread whose queue is empty never gets work again except by stealing,
+and the owner always finishes its own queue, so when thieves stop decides only how
+well the load is balanced, never whether every iteration runs. A thief stops after
+P - 1 consecutive failed random attempts followed by one sweep over every other queue
+in order (starting after its own) in which every attempt fails too; any success resets
+the count. That costs 2(P - 1) failed attempts per thread at the end of a loop and no
+shared state.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from functools import partial
 
-from ..memory import Wait, fire_at
+from .. import memory as memory_module
 from ..spec import Param
-from .base import STEALING_COUNTERS, Scheduler, default_grain
-
-RANGE = "range"  # deque item (RANGE, lo, hi, frame): iterations [lo, hi) of frame's loop
-NEXT_LOOP = ("next loop",)  # the work of a worker that finished a loop: start the program's next one
+from .base import STEALING_COUNTERS, block
+from .static import BARRIER_PARAM, FullBarriers
 
 
-class Frame:
-    """A full frame: a loop's root or stolen work, complete when its strand and all stolen children are."""
-
-    __slots__ = ("parent", "line", "pending", "strand_done", "loop")
-
-    def __init__(self, parent: "Frame | None", line, loop: int):
-        self.parent = parent
-        self.line = line          # its join counter, homed where the frame runs
-        self.pending = 0          # stolen children not yet finished
-        self.strand_done = False
-        self.loop = loop
+def give_up_after(threads: int) -> int:
+    """Failed steal attempts in a row after which a thief stops: P - 1 random ones, then a sweep (``attempt``)."""
+    return 2 * (threads - 1)
 
 
-class WorkStealing(Scheduler):
-    """Deques of continuations per worker; idle workers steal from random victims and sleep after failing."""
+class Stealing(FullBarriers):
+    """Per-thread queues of contiguous blocks: owners take fixed chunks, thieves take half the rest."""
 
     COUNTERS = STEALING_COUNTERS
-    # Whether a thief resumes a stolen continuation on a fresh stack (Cilk) rather than run a stolen task on its own.
-    STACK_SWITCH = True
 
-    PARAMS = {
-        "grain": Param("grain", int, None, lambda v: v >= 1, ">= 1",
-                       help="leaf size of the binary splitting (default: max(1, min(2048, N/(8P))))"),
-        "sleep_after": Param("sleep_after", int, 128, lambda v: v >= 1, ">= 1",
-                             help="consecutive failed steals before a worker sleeps (assumed, the order of "
-                                  "Cilk Plus's max_steal_failures)"),
-    }
+    name = "stealing"
+    summary = "chunked work stealing: per-thread blocks, random victims lose the back half"
+    PARAMS = {"chunk": Param("chunk", int, 1, lambda v: v >= 1, ">= 1", help="iterations per chunk"),
+              "barrier": BARRIER_PARAM}
 
-    def setup(self, sim) -> None:
+    def setup(self, sim):
+        super().setup(sim)
         mem, threads = sim.memory, sim.threads
-        self.deques = [deque() for _ in range(threads)]
-        self.head = [mem.line(f"deque[{w}].head", 0, home=w) for w in range(threads)]
-        self.tail = [mem.line(f"deque[{w}].tail", 0, home=w) for w in range(threads)]
-        self.lock = [mem.line(f"deque[{w}].lock", 0, home=w) for w in range(threads)]
-        self.sleepers: list = []
-        self.finished = False
-        self.done = sim.env.event()
-        self.next_loop = 0
-
-    def completion(self, sim, processes):
-        return self.done
+        # A queue line holds (begin, end) plus what the policy publishes with it (``extra``).
+        self.queue = [mem.line(f"queue[{w}]", (0, 0), home=w) for w in range(threads)]
+        self.lock = [mem.line(f"queue[{w}].lock", 0, home=w) for w in range(threads)]
 
     def min_chunks(self, n, threads):
-        # Ranges split until no more than the grain: every chunk is a leaf of at most that many iterations.
-        return -(-n // (self.params.get("grain") or default_grain(n, threads)))
+        # Chunks lie within the blocks dealt (a steal splits a range, never joins two); none passes ``chunk``.
+        return max(min(n, threads), -(-n // self.params["chunk"]))
 
-    def grain(self, sim, index: int) -> int:
-        """Leaf size of the binary splitting of loop ``index``."""
-        if self.params.get("grain"):
-            return self.params["grain"]
-        return default_grain(sim.loops[index].n, sim.threads)
+    def prepare(self, sim, index):
+        super().prepare(sim, index)
+        self.n = sim.loops[index].n
 
-    # -- the worker ---------------------------------------------------------------------
-    def worker(self, sim, w: int):
-        work = NEXT_LOOP if w == 0 else None
-        failures = 0
-        while not self.finished:
-            if work is None and self.resumes(w):
-                work = NEXT_LOOP
-            if work is NEXT_LOOP:
-                # The program's sequential code before the loop runs on the worker that reached it.
-                yield from sim.serial_code(w, self.next_loop)
-                work = self.begin_loop(sim, w, sim.env.now)
-            if work is not None:
-                work = yield from self.strand(sim, w, *work)
-                failures = 0
-                continue
-            if sim.noise is not None:  # no generator per attempt in the runs without noise
-                yield from sim.arrive(w)
-            work = yield from self.steal(sim, w)
-            if work is None:
-                failures += 1
-                if failures >= self.params["sleep_after"]:
-                    yield from self.sleep(sim, w)
-                    failures = 0
+    def fork(self, sim, w):
+        if w == 0:
+            # The master deals every queue its block before the fork barrier releases anyone,
+            # so no thief can find a queue that is not filled yet.
+            yield sim.wait(0, "schedule", self.deal(sim, sim.env.now))
+        yield from super().fork(sim, w)
 
-    def begin_loop(self, sim, w: int, t: float):
-        """Worker ``w`` reaches the next loop of the program at time ``t``: (root frame, first item, time)."""
-        index = self.next_loop
-        self.next_loop += 1
-        t += sim.costs["loop_setup"]
-        sim.loop_begins(t)
-        root = Frame(None, sim.memory.line(f"loop[{index}].root", 0, home=w), index)
-        return root, self.first_item(sim, w, root), t
-
-    def first_item(self, sim, w: int, root: Frame) -> tuple:
-        """What the worker that starts a loop runs first: the whole range."""
-        return (RANGE, 0, sim.loops[root.loop].n, root)
-
-    def strand(self, sim, w: int, frame: Frame, item: tuple, t: float):
-        """Run ``item`` of ``frame`` on ``w``, then whatever ``w`` pops, until its deque is empty.
-
-        Returns the work ``w`` picks up next (a new loop it must start) or None.
-        """
-        mem, costs = sim.memory, sim.costs
-        own = self.deques[w]
-        while True:
-            if item[0] == RANGE:
-                t = yield from self.run_range(sim, w, frame, item, t)
-            else:
-                item, t = self.run_item(sim, w, frame, item, t)
-                if item is not None:
-                    continue
-            # Pop the tail: store the new tail, fence, read the head a thief may have moved.
-            t = mem.store(self.tail[w], w, len(own) - 1, at=t) + costs["atomic"]
-            _, t = mem.read(self.head[w], w, at=t)
-            if not own:
-                break
-            item = own.pop()
-        yield sim.wait(w, "schedule", t)
-        work, t = self.finish_strand(sim, w, frame, t)
-        yield sim.wait(w, "sync", t)
-        return work
-
-    def run_range(self, sim, w: int, frame: Frame, item: tuple, t: float):
-        """Run a range item: split it down to the grain and run the first leaf; returns when that leaf ends."""
-        _, lo, hi, _ = item
-        # Spawn the upper halves, continue with the lower: the work-first order. The
-        # spawns and the pop before them count as scheduling time in run_chunk.
-        grain = self.grain(sim, frame.loop)
-        while hi - lo > grain:
-            mid = (lo + hi) // 2
-            t = self.push(sim, w, (RANGE, mid, hi, frame), t)
-            hi = mid
-        yield sim.until(sim.run_chunk(w, frame.loop, lo, hi, t))
-        return sim.env.now
-
-    def resumes(self, w: int) -> bool:
-        """Whether idle worker ``w`` must start the program's next loop (Cilk: never; whoever ends a loop does)."""
-        return False
-
-    def push(self, sim, w: int, item: tuple, t: float) -> float:
-        """Spawn: ``w`` pushes ``item`` at its deque's tail at time ``t``; returns when that is done."""
-        own = self.deques[w]
-        own.append(item)
-        t = sim.memory.store(self.tail[w], w, len(own), at=t + sim.costs["spawn"])
-        sim.counters["tasks_created"] += 1
-        if self.sleepers:
-            self.wake(sim, t)
+    def deal(self, sim, t):
+        """Master: store each worker's block into its queue, starting at ``t``; return when done."""
+        for v in range(sim.threads):
+            t = sim.memory.store(self.queue[v], 0, block(self.n, sim.threads, v) + self.extra(v), at=t)
         return t
 
-    def run_item(self, sim, w: int, frame: Frame, item: tuple, t: float):
-        """Run a deque item that is not a range: (the range to run next or None, time)."""
-        raise NotImplementedError(item[0])
+    # -- policy: what iCh changes ---------------------------------------------------------------
+    def extra(self, w):
+        """Per-thread state published on the queue line with the bounds (none here)."""
+        return ()
 
-    def finish_strand(self, sim, w: int, frame: Frame, t: float):
-        """``w`` reached ``frame``'s sync: complete it and its ancestors while nothing else is pending.
+    def chunk_size(self, w, left):
+        """Iterations the owner takes from a queue with ``left`` unstarted."""
+        return self.params["chunk"]
 
-        Returns (the next loop's work if ``w`` completed a loop and another follows, time).
-        """
-        frame.strand_done = True
-        while frame.strand_done and frame.pending == 0:
-            parent = frame.parent
-            if parent is None:
-                return self.end_loop(sim, w, frame, t), t
-            _, t = sim.memory.fetch_add(parent.line, w, -1, at=t)
-            parent.pending -= 1
-            frame = parent
-        return None, t
+    def least(self, w):
+        """The smallest half worth stealing (here one chunk): a steal that would get less fails."""
+        return self.params["chunk"]
 
-    def end_loop(self, sim, w: int, root: Frame, t: float):
-        """The loop's root frame is complete: ``w`` continues the program after its sync (NEXT_LOOP, or None)."""
-        sim.loop_end[root.loop] = t
-        if self.next_loop < len(sim.loops):
-            return NEXT_LOOP
-        self.finished = True
-        fire_at(sim.env, self.done, t)
-        while self.sleepers:
-            self.wake(sim, t, count=False)
+    def report(self, sim, w, size):
+        """Called when a chunk of ``size`` iterations ends: when the worker may issue its next operation."""
+        return sim.env.now
+
+    def stolen(self, w, victim):
+        """A successful steal read ``victim`` (the victim's queue line value)."""
+
+    def adaptive(self, sim, w):
+        """What the compiled steps need to run this policy's hooks themselves (None: they call them)."""
         return None
 
-    # -- thieves --------------------------------------------------------------------------
-    def steal(self, sim, w: int):
-        """One steal attempt on a random victim: the stolen work (frame, lo, hi, t), or None."""
-        mem, env, threads = sim.memory, sim.env, sim.threads
-        now = env.now
-        sim.counters["steal_attempts"] += 1
-        if threads == 1:
-            yield sim.wait(w, "steal", now + sim.costs["steal"])
-            return None
-        victim = int(sim.rng.integers(threads - 1))
-        victim += victim >= w
-        lock = self.lock[victim]
-        _, t = mem.exchange(lock, w, 1)
-        _, t = mem.read(self.tail[victim], w, at=t)
-        work = None
-        if self.deques[victim]:
-            work, t = self.take(sim, w, victim, t)
-        # The unlock store keeps the lock line busy until then: later lockers queue behind it.
-        t = mem.store(lock, w, 0, at=t)
-        yield sim.wait(w, "steal", t)
-        return work
+    # -- the algorithm --------------------------------------------------------------------------
+    def share(self, sim, w, index):
+        yield from sim.drive(self.steps(sim, w, index))
 
-    def take(self, sim, w: int, victim: int, t: float):
-        """The thief holds the victim's lock and the deque is not empty: take the head. (work, time)."""
-        mem = sim.memory
-        item = self.deques[victim].popleft()
-        parent = item[-1]
-        # Steal bookkeeping, then a fresh stack on which to resume the stolen continuation.
-        t = mem.store(self.head[victim], w, 0, at=t) + sim.costs["steal"]
-        if self.STACK_SWITCH:
-            t += sim.costs["stack_switch"]
-        sim.counters["steals"] += 1
-        frame, t = self.child_frame(sim, w, parent, t)
-        return (frame, item, t), t
+    def steps(self, sim, w, index):
+        """Worker ``w``'s chunks and steal attempts, as ``Simulation.drive`` runs them.
 
-    def child_frame(self, sim, w: int, parent: Frame, t: float):
-        """A new full frame on ``w`` whose completion ``parent``'s sync will wait for: (frame, time)."""
-        parent.pending += 1
-        _, t = sim.memory.fetch_add(parent.line, w, 1, at=t)
-        return Frame(parent, sim.memory.line("frame", 0, home=w), parent.loop), t
+        On a plain loop, with the take issued inline, the compiled copy of ``python_steps``
+        takes them when it is built (``simsched._speedups``); it calls the policy's hooks,
+        ``take`` and ``attempt`` as the Python loop does.
+        """
+        speedups = memory_module.speedups
+        if not (memory_module.INLINE and speedups is not None and sim.loops[index].data is None
+                and sim.noise is None):
+            return self.python_steps(sim, w, index)
+        mem, policy = sim.memory, type(self)
+        sink = sim.inline_chunks(w, index)
+        fixed = self.params["chunk"] if policy.chunk_size is Stealing.chunk_size else 0
+        extra = self.extra if policy.extra is not Stealing.extra else None
+        report = partial(self.report, sim, w) if policy.report is not Stealing.report else None
+        return speedups.steals(sim.env, w, index, sim.threads, give_up_after(sim.threads), self.lock[w],
+                               self.queue[w], mem.atomic_ns, mem.store_ns, fixed, self.chunk_size, extra, report,
+                               partial(self.take, sim, w), partial(self.attempt, sim, w), sim.charged,
+                               partial(self.finished, sim, w), sim.time["schedule"], sim.time["compute"],
+                               sim.loops[index].prefix, sim.costs["chunk"], sink.pending, sink.slow, sink.flush,
+                               sink.full, sink.mark, self.adaptive(sim, w))
 
-    def sleep(self, sim, w: int):
-        """Sleep until new work appears, then pay the OS wake-up latency."""
-        event = Wait(sim.env)
-        self.sleepers.append((w, event))
-        yield event
-        if not self.finished:
-            yield sim.env.timeout(sim.machine.wakeup_ns)
+    def python_steps(self, sim, w, index):
+        """``steps`` in Python."""
+        env, threads = sim.env, sim.threads
+        # Chunks are recorded inline, as record_chunk records them and in the same order: this loop is the
+        # family's hot path (as index_claims is the self-scheduling one's).
+        prefix, slow, plain, pending, full, flush, mark = sim.inline_chunks(w, index)
+        dispatch, scheduling, computing = sim.costs["chunk"], sim.time["schedule"], sim.time["compute"]
+        # take() inline while no other core has touched this worker's lock and queue lines since it
+        # last did: its exchange, read and two stores then cost no transfer, change no holder and
+        # (the worker holding both lines) lose no reservation.
+        mem, inline = sim.memory, memory_module.INLINE
+        lock, queue, atomic_ns, store_ns = self.lock[w], self.queue[w], mem.atomic_ns, mem.store_ns
+        chunk_size, extra = self.chunk_size, self.extra
+        # The policy hooks a subclass leaves as they are here need no call per chunk.
+        policy = type(self)
+        reports = not inline or policy.report is not Stealing.report
+        fixed = self.params["chunk"] if policy.chunk_size is Stealing.chunk_size else 0
+        publishes = policy.extra is not Stealing.extra
+        own_takes = 0
+        give_up = give_up_after(threads)
+        chunks = attempts = steals = failures = 0
+        size = 0                        # the chunk that just ended (0: none)
+        empty = False
+        while True:
+            t = self.report(sim, w, size) if size and reports else env.clock
+            size = 0
+            if not empty:
+                if (inline and lock.holder == w and queue.holder == w and len(lock.sharers) == 1
+                        and len(queue.sharers) == 1 and not lock.spinners and not queue.spinners):
+                    own_takes += 1
+                    free = lock.free_at
+                    t = (free if free > t else t) + atomic_ns
+                    free = queue.free_at
+                    if free > t:
+                        t = free
+                    value = queue.value
+                    lo = hi = value[0]
+                    end = value[1]
+                    if lo < end:
+                        hi = lo + (fixed or chunk_size(w, end - lo))
+                        if hi > end:
+                            hi = end
+                        queue.value = (hi, end, *extra(w)) if publishes else (hi, end)
+                        queue.free_at = queue.written_at = t
+                        t += store_ns
+                    lock.value = 0
+                    lock.free_at = lock.written_at = t
+                    t += store_ns
+                else:
+                    lo, hi, t = self.take(sim, w, t)
+                if hi > lo:
+                    chunks += 1
+                    size = hi - lo
+                    now, start = env.clock, t + dispatch
+                    work = (prefix(hi) - prefix(lo)) * slow if plain else sim.chunk_time(w, index, lo, hi, start)
+                    end = start + work
+                    pending += (w, index, lo, hi, start, end)
+                    if len(pending) >= full:
+                        flush()
+                    scheduling[w] += start - now
+                    computing[w] += work
+                    if mark is not None and start > now:
+                        mark((w, "schedule", now, start))
+                    yield end
+                    continue
+                empty = True
+            if threads == 1:
+                break
+            # One steal attempt, folded into the same wait as the failed take before it, if any.
+            attempts += 1
+            got, t = self.attempt(sim, w, failures, t)
+            if got:
+                steals += 1
+                failures = 0
+                empty = False
+            else:
+                failures += 1
+            yield sim.charged(w, "steal", t)
+            if failures == give_up:
+                break
+        return self.finished(sim, w, own_takes, 0, chunks, attempts, steals, t)
 
-    def wake(self, sim, t: float, count: bool = True, worker: int | None = None) -> None:
-        """Wake ``worker`` if it sleeps (by default the longest-sleeping worker) at time ``t``."""
-        if worker is None:
-            _, event = self.sleepers.pop(0)
+    def attempt(self, sim, w, failures, at):
+        """One steal attempt at ``at`` after ``failures`` failed ones in a row: (iterations stolen, when done).
+
+        The first P - 1 victims in a row are drawn at random; then each other queue in turn.
+        """
+        threads = sim.threads
+        patience = threads - 1
+        if failures < patience:
+            v = int(sim.rng.integers(patience))
+            v += v >= w
         else:
-            found = [i for i, (w, _) in enumerate(self.sleepers) if w == worker]
-            if not found:
-                return
-            _, event = self.sleepers.pop(found[0])
-        fire_at(sim.env, event, t)
-        if count:
-            sim.counters["wakeups"] += 1
+            v = (w + 1 + failures - patience) % threads
+        return self.steal(sim, w, v, at)
 
+    def finished(self, sim, w, atomics, transfers, chunks, attempts, steals, t):
+        """Account a worker's loop once it leaves it at ``t``: ``(when, None)`` for ``drive``.
 
-class Cilk(WorkStealing):
-    """``cilk_for``: recursive binary splitting down to a grain, balanced by randomized work stealing."""
+        ``atomics`` and ``transfers`` are those the loop issued inline, not through ``Memory``.
+        """
+        sim.memory.atomics += atomics
+        sim.memory.transfers += transfers
+        counters = sim.counters
+        counters["chunks"] += chunks
+        counters["steal_attempts"] += attempts
+        counters["steals"] += steals
+        return sim.charged(w, "schedule", t), None     # a lone worker's last look at its empty queue
 
-    name = "cilk"
-    summary = "Cilk cilk_for: binary splitting, THE-protocol deques, random stealing, sleeping thieves"
+    def take(self, sim, w, at):
+        """Lock the own queue at ``at``, take a chunk off its front, unlock: (lo, hi, time)."""
+        mem = sim.memory
+        lock, queue = self.lock[w], self.queue[w]
+        _, t = mem.exchange(lock, w, 1, at)   # local and cheap unless a thief held the lock last
+        value, t = mem.read(queue, w, t)      # a transfer only if a thief wrote the bounds
+        begin, end = value[0], value[1]
+        hi = begin
+        if begin < end:
+            hi = begin + self.chunk_size(w, end - begin)
+            if hi > end:
+                hi = end
+            t = mem.store(queue, w, (hi, end, *self.extra(w)), t)
+        return begin, hi, mem.store(lock, w, 0, t)   # lo == hi: the queue was empty
+
+    def steal(self, sim, w, v, at):
+        """One attempt at ``at`` on victim ``v``: (iterations stolen, time the thief is done)."""
+        mem = sim.memory
+        lock, queue = self.lock[v], self.queue[v]
+        _, t = mem.exchange(lock, w, 1, at=at)
+        value, t = mem.read(queue, w, at=t)      # a transfer from the victim
+        begin, end = value[0], value[1]
+        half = (end - begin) // 2           # the victim's running chunk is already out of its queue
+        if half < self.least(w):
+            return 0, mem.store(lock, w, 0, at=t)
+        t = mem.store(queue, w, (begin, end - half) + value[2:], at=t)
+        t = mem.store(lock, w, 0, at=t)
+        self.stolen(w, value)
+        # The thief's own queue is empty, and stays empty to everyone until this store lands
+        # (later reads of the line wait for it), so publishing the stolen range needs no lock.
+        t = mem.store(self.queue[w], w, (end - half, end) + self.extra(w), at=t)
+        return half, t + sim.costs["steal"]

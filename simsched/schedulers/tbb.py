@@ -1,6 +1,6 @@
 """oneTBB's parallel_for on TBB's work-stealing task scheduler, with its simple, auto and affinity partitioners.
 
-The deques, random stealing and sleeping are those of :mod:`.stealing`; what differs is
+The deques, random stealing and sleeping are Cilk's, in :mod:`.forkjoin`; what differs is
 how a ``start_for`` task splits its range (the partitioner, oneTBB's ``partitioner.h``),
 that a thief runs the stolen task on its own stack (child stealing: no stack switch), and
 that ``parallel_for`` returns on the thread that called it, so the master starts every loop.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 
 from ..spec import Param
-from .stealing import NEXT_LOOP, RANGE, Frame, WorkStealing
+from .forkjoin import NEXT_LOOP, RANGE, Frame, WorkStealing
 
 # oneTBB's partitioner constants (partitioner.h).
 INITIAL_CHUNKS = 2       # __TBB_INITIAL_CHUNKS: initial task divisions per thread

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import SimschedError
-from ..locality import ELEMENT_BYTES, PATTERNS, PLACEMENTS, Footprint
+from ..footprint import ELEMENT_BYTES, PATTERNS, PLACEMENTS, Footprint
 from ..loop import Loop, check_total
 from ..spec import Param, format_spec, parse_spec, resolve_params
 from ..registry import WORKLOADS, import_modules, on_subclass

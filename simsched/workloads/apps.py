@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import SimschedError
-from ..locality import Footprint, Gather
+from ..footprint import Footprint, Gather
 from ..loop import Loop
 from ..machine import load_machine
 from ..spec import Param

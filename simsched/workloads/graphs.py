@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # SciPy loads where a graph or matrix is built, not with the 
     import scipy.sparse as sp
 
 from ..errors import SimschedError
-from ..locality import Footprint, Gather
+from ..footprint import Footprint, Gather
 from ..spec import Param, refuse_other_modes, resolve_params
 from . import _cost
 from .program import ProgramWorkload, data_name, data_params

@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..errors import SimschedError
-from ..locality import Footprint, Gather
+from ..footprint import Footprint, Gather
 from ..spec import Param, refuse_other_modes
 from . import _cost
 from .program import ProgramWorkload, data_name, data_params

@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..errors import SimschedError
-from ..locality import Footprint, Gather
+from ..footprint import Footprint, Gather
 from ..loop import Loop
 from ..spec import Param
 from . import Workload, _cost

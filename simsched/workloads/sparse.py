@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # SciPy loads where a graph or matrix is built, not with the 
     import scipy.sparse as sp
 
 from ..errors import SimschedError
-from ..locality import ELEMENT_BYTES, Footprint, Gather
+from ..footprint import ELEMENT_BYTES, Footprint, Gather
 from ..spec import Param
 from . import _cost
 from .fitted_lengths import RowTargets, check_targets, fit

@@ -1,0 +1,166 @@
+"""SimPy's internals behind simsched.simpy_access, and the scheduler modules' names as the command line shows them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import simpy
+
+from simsched import memory, simpy_access
+from simsched.cli import main
+from simsched.engine import ChunkSink, Simulation
+from simsched.errors import SimschedError
+
+HASWELL = "haswell-e5-2695v3"
+
+# Run the command line on a SimPy whose environments keep no event numbering where simsched reaches for it.
+WITHOUT_NUMBERING = """
+import runpy, sys
+import simpy
+made = simpy.Environment.__init__
+def without_numbering(self, *args, **kwargs):
+    made(self, *args, **kwargs)
+    del self._eid
+simpy.Environment.__init__ = without_numbering
+sys.argv = ["simsched", *sys.argv[1:]]
+runpy.run_module("simsched.cli", run_name="__main__")
+"""
+
+
+def test_the_command_line_refuses_a_simpy_without_the_internals_in_one_line():
+    done = subprocess.run([sys.executable, "-c", WITHOUT_NUMBERING, "run", "--machine", HASWELL, "--scheduler", "ich",
+                           "--threads", "2", "--workload", "uniform:n=100"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (f"simsched: error: SimPy {simpy.__version__} is not one simsched runs on: it has no "
+                           "Environment._eid (install simpy>=4.1,<4.2)\n")
+
+
+@pytest.mark.parametrize("kind, attribute, named", [
+    ("Environment", "_now", "Environment._now"),
+    ("Environment", "_active_proc", "Environment._active_proc"),
+    ("Event", "_value", "Event._value"),
+    ("Process", "_target", "Process._target"),
+])
+def test_check_names_what_the_running_simpy_lacks(monkeypatch, kind, attribute, named):
+    cls = {"Environment": simpy.Environment, "Event": simpy.Event, "Process": simpy.Process}[kind]
+    if kind == "Event":
+        succeed = cls.succeed
+
+        def without(self, *args, **kwargs):
+            made = succeed(self, *args, **kwargs)
+            self.__dict__.pop(attribute)
+            return made
+
+        monkeypatch.setattr(cls, "succeed", without)
+    else:
+        init = cls.__init__
+
+        def without(self, *args, **kwargs):
+            init(self, *args, **kwargs)
+            self.__dict__.pop(attribute)
+
+        monkeypatch.setattr(cls, "__init__", without)
+    with pytest.raises(SimschedError) as refused:
+        simpy_access.check()
+    assert str(refused.value) == (f"SimPy {simpy.__version__} is not one simsched runs on: it has no {named} "
+                                  "(install simpy>=4.1,<4.2)")
+
+
+def test_the_installed_simpy_passes_and_the_pin_names_the_same_releases():
+    simpy_access.check()
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    assert f'    "{simpy_access.TESTED}",\n' in pyproject.read_text(encoding="utf-8")
+
+
+def test_the_environment_keeps_simpys_clock_heap_and_numbering_under_the_simulators_names():
+    env = simpy_access.Environment()
+    assert {"timeout", "event", "process"} <= set(vars(env))   # SimPy's bound classes, bound as it binds them
+    env.clock = 5.0
+    assert env.now == 5.0
+    seen = []
+
+    def worker():
+        yield env.timeout(2.0)
+        seen.append((env.clock, env.running is process, type(env.running.waits_on).__name__))
+
+    process = env.process(worker())
+    assert type(process) is simpy_access.Process
+    assert len(env.heap) == 1 and env.heap[0][3] is not None   # the process's start, queued
+    env.run()
+    assert seen == [(7.0, True, "Timeout")]
+    # Two events scheduled (the start, the timeout) and the process's end: the next number is 3.
+    assert simpy_access.event_count(env) == 3
+
+
+def test_fire_at_schedules_as_a_timeout_would():
+    env = simpy_access.Environment()
+    fired = env.event()
+    simpy_access.fire_at(env, fired, 4.5, "value")
+    assert fired.triggered and fired.value == "value" and env.heap[0][:2] == (4.5, simpy_access.NORMAL)
+    env.run()
+    assert env.now == 4.5
+
+
+@pytest.mark.skipif(memory.speedups is None, reason="the compiled loops are not built")
+def test_the_compiled_loops_take_only_a_slot_as_the_clock():
+    with pytest.raises(TypeError, match="member descriptor"):
+        memory.speedups.bind_clock(simpy_access.Environment)
+
+
+@pytest.mark.parametrize("scheduler", ["omp-dynamic:chunk=2", "stealing", "ich"])
+def test_the_hot_loops_record_their_chunks_through_a_named_sink(monkeypatch, capsys, scheduler):
+    handed = []
+    inline_chunks = Simulation.inline_chunks
+
+    def kept(self, worker, loop):
+        handed.append(inline_chunks(self, worker, loop))
+        return handed[-1]
+
+    monkeypatch.setattr(Simulation, "inline_chunks", kept)
+    assert main(["run", "--machine", HASWELL, "--scheduler", scheduler, "--threads", "3", "--workload",
+                 "uforall:n=40,cost_ns=100", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["chunks"] > 3
+    assert len(handed) == 3 and all(type(sink) is ChunkSink for sink in handed)
+    prefix, slow, plain, pending, full, flush, mark = handed[0]     # still a tuple to unpack
+    assert handed[0]._fields == ("prefix", "slow", "plain", "pending", "full", "flush", "mark")
+    assert (prefix(40) - prefix(0), plain, mark) == (4000.0, True, None) and slow > 0 and full > 0
+
+
+# The built-in schedulers in the order the listing and its errors name them (the order they register in).
+BUILT_IN = ["omp-static", "omp-dynamic", "omp-guided", "tss", "fac2", "taskloop", "wf", "awf-b", "awf-c", "awf-d",
+            "awf-e", "af", "binlpt", "fsc", "mfsc", "fac", "tfss", "fiss", "viss", "rnd", "pls", "fg-tree",
+            "fg-central", "fg-tree-full", "cilk", "hybrid", "cilk-fg", "stealing", "ich", "lbs", "adapt-g",
+            "adapt-l", "distrib", "offload", "cellss", "static-steal", "nonmonotonic-dynamic", "tbb-simple",
+            "tbb-auto", "tbb-affinity"]
+
+
+def test_the_scheduler_listing_keeps_its_order_and_names_each_stealing_schedulers_module(capsys):
+    assert main(["schedulers", "--json"]) == 0
+    rows = [row for row in json.loads(capsys.readouterr().out) if row["defined_in"].startswith("simsched.")]
+    assert [row["name"] for row in rows] == BUILT_IN
+    where = {row["name"]: row["defined_in"] for row in rows}
+    assert (where["stealing"], where["ich"], where["cilk"]) == (
+        "simsched.schedulers.stealing", "simsched.schedulers.ich", "simsched.schedulers.forkjoin")
+
+
+def test_compiled_loops_built_from_an_older_source_give_way_to_the_python_loops_with_a_warning():
+    # An extension that does not take the clock's slot (built before the loops read it there) must not run.
+    script = ("import sys, types, warnings\n"
+              "import simsched\n"
+              "sys.modules['simsched._speedups'] = types.ModuleType('simsched._speedups')\n"
+              "with warnings.catch_warnings(record=True) as caught:\n"
+              "    warnings.simplefilter('always')\n"
+              "    import simsched.memory as memory\n"
+              "print(memory.speedups is None, *[str(w.message) for w in caught], sep='|')\n"
+              "from simsched import simulate\n"
+              "print(simulate('haswell-e5-2695v3', 'omp-dynamic', 'uniform:n=100', 4).makespan_ns > 0)\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    first, second = proc.stdout.splitlines()
+    assert first.startswith("True|simsched's compiled loops are out of date")
+    assert second == "True"

@@ -63,9 +63,20 @@ def run_json(main):
 SLOW_TESTS = Path(__file__).with_name("slow_tests.txt")
 
 
+def _shares_an_expensive_fixture(item) -> bool:
+    """Whether a test uses a fixture its file makes once for many tests (module scope or wider): where such a
+    fixture is slow to make, whichever of its tests runs first pays for it."""
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = info.name2fixturedefs.values() if info is not None else ()
+    module = item.nodeid.split("::")[0]
+    return any(defs and defs[-1].baseid == module and defs[-1].scope in ("module", "package", "session")
+               for defs in definitions)
+
+
 def pytest_collection_modifyitems(config, items):
     slow = {line.strip() for line in SLOW_TESTS.read_text().splitlines()
             if line.strip() and not line.startswith("#")} if SLOW_TESTS.is_file() else set()
     for item in items:
-        if item.nodeid in slow or item.nodeid.split("::")[0] in slow:  # a test, or a whole file
+        # A test measured slow; or, in a file listed whole (a shared fixture slow to make), a test that uses one.
+        if item.nodeid in slow or (item.nodeid.split("::")[0] in slow and _shares_an_expensive_fixture(item)):
             item.add_marker(pytest.mark.slow)

@@ -1,24 +1,23 @@
 """Bad input to the ``simsched`` command: one clear line on stderr, a non-zero exit, no traceback.
 
-Every case runs the real console entry (``python -m simsched.cli ...``) in a subprocess,
+Every case runs the console entry (``python -m simsched.cli ...``) in a process of its own,
 so what is checked is exactly what a user sees. Starting an interpreter that imports
 numpy, pandas and SimPy costs most of a second, so the cases are declared as data and a
-module fixture runs them all concurrently (one per core) up front; each test then judges
-its own case's outcome.
+module fixture runs them all concurrently up front, forked from one warm interpreter
+(tests/cli_runner.py), one of them as a genuine subprocess; each test then judges its own
+case's outcome.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_runner import run_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 HASWELL = (ROOT / "machines" / "haswell-e5-2695v3.toml").read_text(encoding="utf-8")
@@ -309,7 +308,8 @@ class Outcome:
     folder: Path
 
 
-def _run_case(base: Path, name: str, case: Case) -> Outcome:
+def prepare(base: Path, name: str, case: Case) -> tuple[list[str], Path]:
+    """The case's own folder, made with its files: its command line (``{dir}`` filled in) and the folder."""
     folder = base / re.sub(r"[^\w.-]", "_", name)
     folder.mkdir(parents=True)
     for filename, content in case.files.items():
@@ -317,18 +317,20 @@ def _run_case(base: Path, name: str, case: Case) -> Outcome:
             np.save(folder / filename, content)
         else:
             (folder / filename).write_text(str(content), encoding="utf-8")
-    args = [a.replace("{dir}", str(folder)) for a in case.args]
-    proc = subprocess.run([sys.executable, "-m", "simsched.cli", *args],
-                          capture_output=True, text=True, cwd=folder, timeout=300)
-    return Outcome(proc, folder)
+    return [a.replace("{dir}", str(folder)) for a in case.args], folder
+
+
+def run_cases(base: Path, cases: dict[str, Case], real=()) -> dict[str, Outcome]:
+    """Every case through the command line, all at once, each in its folder; ``real`` ones as subprocesses."""
+    prepared = {name: prepare(base, name, case) for name, case in cases.items()}
+    procs = run_batch({name: (args, folder) for name, (args, folder) in prepared.items()}, real=real)
+    return {name: Outcome(procs[name], folder) for name, (_, folder) in prepared.items()}
 
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory) -> dict[str, Outcome]:
-    base = tmp_path_factory.mktemp("cli-errors")
-    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        futures = {name: pool.submit(_run_case, base, name, case) for name, case in CASES.items()}
-        return {name: future.result() for name, future in futures.items()}
+    # The unmodified run goes through a genuine ``python -m simsched.cli``, the others are forked.
+    return run_cases(tmp_path_factory.mktemp("cli-errors"), CASES, real=["ok/run"])
 
 
 def error_line(outcome: Outcome, *needles: str) -> str:

@@ -4,12 +4,10 @@ tables from the published formulas, the same tables in simulated runs and native
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from cli_runner import run_batch
 
 import simsched
 import simsched.native as native
@@ -176,26 +174,21 @@ BAD = {
 }
 
 
-def _cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "simsched.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=300)
-
-
-def _native_run(spec: str) -> subprocess.CompletedProcess:
-    return _cli("native", "run", "--scheduler", spec, "--threads", THREADS, "--workload",
-                "uniform:n=500,high_ns=400", "--seed", 3, "--json")
+def commands() -> dict[tuple[str, str], tuple]:
+    """Every command line of this section by key: each bad parameter, and a native run of each technique."""
+    lines = {("bad", spec): ("run", "--machine", "haswell-e5-2695v3", "--scheduler", spec, "--threads", 2,
+                             "--workload", "uforall:n=100") for spec in BAD}
+    if native.available():
+        lines.update({("native", spec): ("native", "run", "--scheduler", spec, "--threads", THREADS, "--workload",
+                                         "uniform:n=500,high_ns=400", "--seed", 3, "--json") for spec in TECHNIQUES})
+    return lines
 
 
 @pytest.fixture(scope="module")
 def outcomes():
     """Every command line of this section, run concurrently up front (an interpreter start costs most of a second)."""
-    commands = {("bad", spec): ("run", "--machine", "haswell-e5-2695v3", "--scheduler", spec, "--threads", 2,
-                                "--workload", "uforall:n=100") for spec in BAD}
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {key: pool.submit(_cli, *args) for key, args in commands.items()}
-        if native.available():
-            futures.update({("native", spec): pool.submit(_native_run, spec) for spec in TECHNIQUES})
-        return {key: future.result() for key, future in futures.items()}
+    lines = commands()  # forked from one warm interpreter (tests/cli_runner.py), the first as a genuine subprocess
+    return run_batch({key: (args,) for key, args in lines.items()}, real=[next(iter(lines))])
 
 
 @pytest.mark.parametrize("spec", BAD)

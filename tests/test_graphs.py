@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-from concurrent.futures import ThreadPoolExecutor
 
 import networkx as nx
 import numpy as np
 import pytest
 from test_cli import simsched_cli
-from test_cli_errors import Case, _run_case, error_line, run_args
+from test_cli_errors import Case, error_line, run_args, run_cases
 
 from simsched.errors import SimschedError
 from simsched.workloads import get_workload
@@ -193,10 +191,8 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory):
-    base = tmp_path_factory.mktemp("graph-errors")
-    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        futures = {name: pool.submit(_run_case, base, name, case) for name, case in CASES.items()}
-        return {name: future.result() for name, future in futures.items()}
+    # One case goes through a genuine ``python -m simsched.cli``, the others are forked (tests/cli_runner.py).
+    return run_cases(tmp_path_factory.mktemp("graph-errors"), CASES, real=["source-outside"])
 
 
 @pytest.mark.parametrize("name", CASES)

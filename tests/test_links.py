@@ -129,7 +129,7 @@ def test_each_readme_command_exists_with_its_options(command):
 
 
 def test_the_readme_test_command_is_the_ci_one():
-    command = 'pip install -e ".[test]" && python -m pytest'
+    command = 'pip install -e ".[test]" && python -m pytest -n auto'
     assert command in (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     assert command in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
 

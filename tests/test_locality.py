@@ -19,13 +19,10 @@ innermost level the block fits in (none for stream).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from cli_runner import run_batch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -585,13 +582,12 @@ GOOD_FILE = (cli_run("file:path={dir}/costs.csv", "xeon-e5-4620", "omp-static", 
              {"costs.csv": "cost_ns,bytes\n100,512\n200,4096\n300,0\n"})
 
 
-def run_in(folder, args, files):
+def prepare_in(folder, args, files) -> list[str]:
+    """The case's folder, made with its files: its command line, ``{dir}`` filled in."""
     folder.mkdir(parents=True)
     for name, text in files.items():
         (folder / name).write_text(text, encoding="utf-8")
-    args = [a.replace("{dir}", str(folder)) for a in args]
-    return subprocess.run([sys.executable, "-m", "simsched.cli", *args], capture_output=True, text=True,
-                          cwd=folder, timeout=300)
+    return [a.replace("{dir}", str(folder)) for a in args]
 
 
 @pytest.fixture(scope="module")
@@ -600,9 +596,9 @@ def cli_outcomes(tmp_path_factory):
     base = tmp_path_factory.mktemp("locality-cli")
     cases = {name: (args, files) for name, (args, files, _) in CLI_CASES.items()}
     cases["good-file"] = GOOD_FILE
-    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        futures = {name: pool.submit(run_in, base / name, *case) for name, case in cases.items()}
-        return {name: future.result() for name, future in futures.items()}
+    # Forked from one warm interpreter (tests/cli_runner.py); the good file as a genuine subprocess.
+    return run_batch({name: (prepare_in(base / name, *case), base / name) for name, case in cases.items()},
+                     real=["good-file"])
 
 
 @pytest.mark.parametrize("name", sorted(CLI_CASES))

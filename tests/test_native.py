@@ -299,8 +299,9 @@ def test_memory_kernel_touches_each_iterations_array():
     plain = native.run("omp-static", "uforall:n=32,cost_ns=0", THREADS, repeat=3)
     touched = native.run("omp-static", "uforall:n=32,cost_ns=0", THREADS, repeat=3, array_bytes=1 << 18)
     assert len(touched.chunks) == len(plain.chunks)
-    # 32 iterations x 32,768 strided doubles take far longer than 32 empty iterations.
-    assert min(touched.loop_ns) > 10 * max(plain.loop_ns[1:])
+    # 32 iterations x 32,768 strided doubles take far longer than 32 empty iterations. Each side's fastest loop:
+    # other work on the host only ever slows a loop, so a descheduled thread in an empty loop decides nothing.
+    assert min(touched.loop_ns) > 10 * min(plain.loop_ns[1:])
     with pytest.raises(SimschedError, match="at most 2 GiB"):
         native.run("omp-static", "uforall:n=1000", THREADS, array_bytes=1 << 22)
     with pytest.raises(SimschedError, match="at least 8"):

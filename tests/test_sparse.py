@@ -7,13 +7,12 @@ import os
 import re
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
 from test_cli import simsched_cli
-from test_cli_errors import Case, _run_case, error_line, run_args
+from test_cli_errors import Case, error_line, run_args, run_cases
 
 from simsched.errors import SimschedError
 from simsched.workloads import get_workload
@@ -111,10 +110,8 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory):
-    base = tmp_path_factory.mktemp("matrix-errors")
-    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        futures = {name: pool.submit(_run_case, base, name, case) for name, case in CASES.items()}
-        return {name: future.result() for name, future in futures.items()}
+    # One case goes through a genuine ``python -m simsched.cli``, the others are forked (tests/cli_runner.py).
+    return run_cases(tmp_path_factory.mktemp("matrix-errors"), CASES, real=["unknown-name"])
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from cli_runner import run_batch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -301,15 +300,14 @@ def make(folder: Path, name: str, content) -> Path:
     return path
 
 
-def run_bad(folder: Path, case: str) -> tuple[subprocess.CompletedProcess, Path]:
+def prepare_bad(folder: Path, case: str) -> tuple[list, Path]:
+    """The case's folder, made with its bad trace: the command line that runs it and the chunk file it names."""
     name, content, _ = BAD[case]
     folder.mkdir()
     path = make(folder, name, content)
     out = folder / "chunks.csv"
-    proc = subprocess.run([sys.executable, "-m", "simsched.cli", "run", "--machine", MACHINE, "--scheduler",
-                           "omp-static", "--threads", "2", "--workload", f"trace:path={path}", "--chunks", out],
-                          capture_output=True, text=True, timeout=300, cwd=folder)
-    return proc, out
+    return ["run", "--machine", MACHINE, "--scheduler", "omp-static", "--threads", "2", "--workload",
+            f"trace:path={path}", "--chunks", out], out
 
 
 # The bad traces also run through the command line (the others are checked in-process: each start costs a second).
@@ -321,8 +319,10 @@ CLI_CASES = ("missing-cost-column", "unknown-column", "not-a-number", "negative-
 def bad_runs(tmp_path_factory):
     """The CLI cases through the real command line, run concurrently up front."""
     base = tmp_path_factory.mktemp("bad")
-    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        return dict(zip(CLI_CASES, pool.map(lambda case: run_bad(base / case, case), CLI_CASES)))
+    prepared = {case: prepare_bad(base / case, case) for case in CLI_CASES}
+    # Forked from one warm interpreter (tests/cli_runner.py), the first as a genuine subprocess.
+    procs = run_batch({case: (args, base / case) for case, (args, _) in prepared.items()}, real=CLI_CASES[:1])
+    return {case: (procs[case], out) for case, (_, out) in prepared.items()}
 
 
 @pytest.mark.parametrize("case", CLI_CASES)

@@ -22,8 +22,9 @@ MODULE_SETUP_S = 2.0
 
 def slow_tests(report: str, seconds: float) -> list[str]:
     """Node ids whose call, setup and teardown together took at least ``seconds`` in --durations reports, and
-    the files (whole) where a setup took MODULE_SETUP_S: a fixture shared by the module's tests, which would
-    land on whichever of them the fast tier runs first."""
+    the files where a setup took MODULE_SETUP_S: a fixture shared by many of the module's tests, which would
+    land on whichever of them the fast tier runs first (tests/conftest.py marks a listed file's tests that use
+    a fixture of module scope or wider; its other tests are marked by their own times)."""
     spent: dict[str, float] = defaultdict(float)
     modules = set()
     for line in report.splitlines():
@@ -32,7 +33,7 @@ def slow_tests(report: str, seconds: float) -> list[str]:
             spent[match.group(2)] += float(match.group(1))
             if " setup " in line and float(match.group(1)) >= MODULE_SETUP_S:
                 modules.add(match.group(2).split("::")[0])
-    tests = {test for test, total in spent.items() if total >= seconds and test.split("::")[0] not in modules}
+    tests = {test for test, total in spent.items() if total >= seconds}
     return sorted(modules) + sorted(tests)
 
 
@@ -41,6 +42,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=0.5)
     parser.add_argument("--report", nargs="+", help="saved `pytest --durations=0` outputs to read instead of running "
                                                     "(a full run's and a fast tier's: setups move when tests go)")
+    parser.add_argument("--keep", action="store_true", help="also keep every entry the current list holds (reports "
+                                                              "of parts of the suite, read one after another)")
     args = parser.parse_args()
     if args.report:
         report = "\n".join(Path(path).read_text() for path in args.report)
@@ -52,6 +55,10 @@ def main() -> int:
             print(report[-2000:], file=sys.stderr)
             return run.returncode
     tests = slow_tests(report, args.seconds)
+    if args.keep and OUT.is_file():
+        kept = {line.strip() for line in OUT.read_text().splitlines() if line.strip() and not line.startswith("#")}
+        merged = kept | set(tests)
+        tests = sorted(entry for entry in merged if "::" not in entry) + sorted(entry for entry in merged if "::" in entry)
     OUT.write_text("# Tests of at least %.1f s in a full run (python tools/slow_tests.py): the fast tier,\n"
                    "# python -m pytest -m \"not slow\", leaves them out.\n" % args.seconds + "\n".join(tests) + "\n")
     print(f"{len(tests)} slow tests -> {OUT}")

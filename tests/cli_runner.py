@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Hashable, Iterable, Mapping, NamedTuple, Sequence
 
 MODULE = "simsched.cli"
-WORKERS = max(2, os.cpu_count() or 2)
+# Runs at once: one a CPU, the CPUs shared among pytest-xdist's workers (each has a zygote of its own).
+_SHARERS = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")
+WORKERS = max(2, (os.cpu_count() or 2) // (int(_SHARERS) if _SHARERS.isdigit() and int(_SHARERS) > 0 else 1))
 
 # What the zygote imports once so that no child imports it again: the command line and the modules it
 # imports at its start or lazily. Not matplotlib.pyplot: importing it picks the plotting backend, which

@@ -301,7 +301,7 @@ def make(folder: Path, name: str, content) -> Path:
 
 
 def prepare_bad(folder: Path, case: str) -> tuple[list, Path]:
-    """The case's folder, made with its bad trace: the command line that runs it and the chunk file it names."""
+    """The case's folder, made with its bad trace: the command line that runs it, the chunk file it names."""
     name, content, _ = BAD[case]
     folder.mkdir()
     path = make(folder, name, content)

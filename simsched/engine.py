@@ -205,7 +205,7 @@ class Simulation:
         work = self.work(worker, loop, lo, hi)
         data = self.loops[loop].data
         if data is not None:
-            work += self.locality.chunk(worker, data, lo, hi, start, now=self.env.now)
+            work += self.locality.chunk(worker, data, lo, hi, start, now=self.env.now, work=work)
         if self.noise is not None:
             work = self.noise.charge(worker, start, work) - start
         return work
@@ -250,7 +250,7 @@ class Simulation:
         t = 0.0
         for loop in self.loops:
             if loop.data is not None:
-                t += alone.chunk(0, loop.data, 0, loop.n, t)
+                t += alone.chunk(0, loop.data, 0, loop.n, t, work=loop.total)
         return t
 
     def until(self, when: float) -> Event:

@@ -5,7 +5,10 @@ A machine file describes it in ``[cache.l1]``, ``[cache.l2]``, ... (innermost fi
 of a level (one per core, or one per socket), latencies are one line's access time, and
 bandwidths are what one core reading at that level gets (``bandwidth_gbs``) and what all the
 cores sharing an instance get together (``shared_bandwidth_gbs``). Independent misses overlap:
-``outstanding_misses`` of them, or for the ``stride`` pattern ``stride_misses`` by array size.
+``outstanding_misses`` of them, or for the ``stride`` pattern ``stride_misses`` by array size;
+a level (or DRAM) may also give ``random_read_ns``, what one core's independent reads at random
+places of data it holds cost each, measured, which gathers then pay instead of latency over
+``outstanding_misses``. ``[dram] gathers`` says whether a chunk's gathers overlap its other work.
 """
 
 from __future__ import annotations
@@ -90,6 +93,8 @@ class CacheLevel:
     shared_bandwidth_gbs: float | None
     # A line held by this level of another socket, by hop count (socket-shared levels only; else empty).
     remote_latency_ns: tuple[float, ...] = ()
+    # ns per independent read at a random place of data this level holds, one core reading (None: not measured).
+    random_read_ns: float | None = None
 
 
 @dataclass(frozen=True)
@@ -111,16 +116,24 @@ class Dram:
     loaded_latency_ns: tuple[tuple[float, float], ...] = ()
     # What one socket link carries each way; None: the links add no wait.
     link_bandwidth_gbs: float | None = None
+    # ns per independent read at a random place in DRAM, one core reading (None: not measured).
+    random_read_ns: float | None = None
+    # How a chunk's gathers (independent reads of a shared array) add to its time: "overlapped" (they run
+    # under the chunk's work and streamed data, which an out-of-order core keeps issuing: the chunk takes
+    # the longer of the two) or "added" (after them).
+    gathers: str = "overlapped"
 
 
 _CACHE_KEYS = {"size_kib", "line_bytes", "shared_by", "latency_ns", "bandwidth_gbs", "shared_bandwidth_gbs",
-               "remote_latency_ns", "outstanding_misses", "stride_misses"}
+               "remote_latency_ns", "outstanding_misses", "stride_misses", "random_read_ns"}
 _DRAM_KEYS = {"node", "size_gib", "line_bytes", "latency_ns", "remote_latency_ns", "bandwidth_gbs",
-              "shared_bandwidth_gbs", "jitter_cv", "queueing", "loaded_latency_ns", "link_bandwidth_gbs"}
+              "shared_bandwidth_gbs", "jitter_cv", "queueing", "loaded_latency_ns", "link_bandwidth_gbs",
+              "random_read_ns", "gathers"}
 QUEUEING = ("closed", "none")
+GATHERS = ("overlapped", "added")
 # The [dram] keys a file may leave out that a variant may still set (``machine[dram.queueing="none"]``).
 DRAM_OPTIONAL_KEYS = {"shared_bandwidth_gbs", "jitter_cv", "queueing", "loaded_latency_ns",
-                      "link_bandwidth_gbs"}
+                      "link_bandwidth_gbs", "random_read_ns", "gathers"}
 
 
 @dataclass(frozen=True)
@@ -191,7 +204,8 @@ class Hierarchy:
                 stride = _stride_misses(table["stride_misses"], where)
             levels.append(CacheLevel(name, int(round(size * 1024)), line_bytes, shared_by,
                                      _positive(table, "latency_ns", where), _positive(table, "bandwidth_gbs", where),
-                                     _positive(table, "shared_bandwidth_gbs", where, required=False), remote))
+                                     _positive(table, "shared_bandwidth_gbs", where, required=False), remote,
+                                     _positive(table, "random_read_ns", where, required=False)))
         for inner, outer in zip(levels, levels[1:]):
             where = f"{source}: cache.{outer.name}"
             if outer.size_bytes <= inner.size_bytes:
@@ -217,6 +231,9 @@ class Hierarchy:
         queueing = table.get("queueing", "closed")
         if queueing not in QUEUEING:
             raise SimschedError(f"{where}.queueing must be closed or none, got {queueing!r}")
+        gathers = table.get("gathers", "overlapped")
+        if gathers not in GATHERS:
+            raise SimschedError(f"{where}.gathers must be overlapped or added, got {gathers!r}")
         if "link_bandwidth_gbs" in table and not hops:
             raise SimschedError(f"{where}.link_bandwidth_gbs is for machines of more than one socket")
         memory = Dram(int(_positive(table, "size_gib", where) * 2**30), _positive(table, "latency_ns", where),
@@ -224,7 +241,8 @@ class Hierarchy:
                       _positive(table, "bandwidth_gbs", where),
                       _positive(table, "shared_bandwidth_gbs", where, required=False), _jitter(table, where),
                       queueing, _loaded_curve(table, where),
-                      _positive(table, "link_bandwidth_gbs", where, required=False))
+                      _positive(table, "link_bandwidth_gbs", where, required=False),
+                      _positive(table, "random_read_ns", where, required=False), gathers)
         if levels and memory.latency_ns < levels[-1].latency_ns:
             raise SimschedError(f"{where}.latency_ns ({memory.latency_ns:g}) is below the last cache level's "
                                 f"({levels[-1].latency_ns:g})")

@@ -60,13 +60,14 @@ bandwidth shares and waits in ``contention.py``; the per-iteration path in ``sma
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 
 import numpy as np
 
 from .contention import Contention, Readers
 from .errors import SimschedError
-from .footprint import ELEMENT_BYTES, Footprint, Gather
+from .footprint import ELEMENT_BYTES, Footprint
 from .loaded import Queueing
 from .small_chunks import SmallChunks, _sum
 
@@ -96,6 +97,36 @@ def counter_names(hierarchy) -> tuple[str, ...]:
         if level.shared_by == "socket":
             names.append(f"remote_{level.name}_hits")
     return tuple(names) + DRAM_COUNTERS
+
+
+def held_by_lru(capacity: float, array: float, line: int, own_per_read: float = 0.0, own: float = 0.0) -> float:
+    """The chance that a read at a random place of an array of ``array`` bytes finds its line in an LRU level
+    of ``capacity`` bytes, when each read comes with ``own_per_read`` bytes of other data (``own`` in all).
+
+    A line read again g reads after its last read is still there if the distinct bytes read in
+    between fit in the level: the array's, array x (1 - exp(-u)) for u = g / (array / line), the
+    reads being at random lines; and the other data's, min(own_per_read x g, own). u is
+    exponential for random reads, so the line is held with chance 1 - exp(-u*), u* where the two
+    fill the level. Without other data that is min(1, capacity / array): the array has the
+    level to itself.
+    """
+    fill = capacity / array
+    if own_per_read <= 0 or own <= 0:
+        return min(1.0, fill)
+    per_u = own_per_read / line  # the other data read per unit of u, as a share of the array's size
+    cap = own / array
+    if fill >= 1.0 + cap:
+        return 1.0
+
+    def excess(u: float) -> float:
+        return -math.expm1(-u) + min(per_u * u, cap) - fill
+
+    upper = 1.0
+    while excess(upper) < 0:
+        upper *= 2.0
+    from scipy.optimize import brentq
+
+    return -math.expm1(-brentq(excess, 0.0, upper, xtol=1e-12))
 
 
 class Blocks:
@@ -209,10 +240,12 @@ class DataState(SmallChunks, Contention):
         """The remote latency for each hop count (0 hops: the caller's local value applies)."""
         return np.asarray(latencies)[np.maximum(hops, 1) - 1]
 
-    def chunk(self, worker: int, fp: Footprint, lo: int, hi: int, start: float, now: float | None = None) -> float:
+    def chunk(self, worker: int, fp: Footprint, lo: int, hi: int, start: float, now: float | None = None,
+              work: float = 0.0) -> float:
         """The memory time of iterations [lo, hi) run by ``worker`` from ``start``; moves their data there.
 
-        ``now`` is the simulation clock (default: ``start``), before which no chunk starts.
+        ``now`` is the simulation clock (default: ``start``), before which no chunk starts. ``work``
+        is the chunk's compute time, under which its gathers run where they overlap (``gathered``).
         Chunks of up to ``SCALAR_ITERATIONS`` iterations take the per-iteration path (``_few``),
         the others NumPy's: the same arithmetic in the same order, so the same time to the bit.
         """
@@ -220,7 +253,7 @@ class DataState(SmallChunks, Contention):
         for readers in self.every_reader:
             readers.forget(now)
         if hi - lo <= SCALAR_ITERATIONS:
-            return self._few(worker, fp, lo, hi, start)
+            return self._few(worker, fp, lo, hi, start, work)
         blocks = self.blocks[fp.data]
         pattern, line = fp.pattern, self.line
         size = fp.bytes[lo:hi].astype(float)
@@ -285,12 +318,17 @@ class DataState(SmallChunks, Contention):
         self.counters["local_dram"] += float(from_dram[node_hops == 0].sum())
         self.counters["remote_dram"] += float(from_dram[node_hops > 0].sum())
         time += self._reuse(size, lines, pattern, latency, bandwidth, overlap)
+        gathered = None
         if fp.gather is not None:
             reads = fp.gather.reads[lo:hi]
             count = float(reads.sum())
             if count:
-                time += reads * self._gather(worker, fp, count, start, reading)
-        total = self._jitter(float(time.sum()))
+                per_read = self._gather(worker, fp, count, start, reading)
+                if self.h.dram.gathers == "added":
+                    time += reads * per_read
+                else:
+                    gathered = count * per_read
+        total = self._jitter(self.gathered(float(time.sum()), gathered, work))
         # The chunk's blocks now live in this core's caches, stamped in the order it touched them.
         blocks.holder[lo:hi] = worker
         moved = float(size.sum())
@@ -306,6 +344,19 @@ class DataState(SmallChunks, Contention):
             demand = self._demand(total, socket, lines_by_node.tolist(), waiting.tolist())
         self._hold(reading, demand, start, start + total)
         return total
+
+    @staticmethod
+    def gathered(own: float, gathered: float | None, work: float) -> float:
+        """A chunk's memory time: its own data's, ``own``, and its gathers' (``gathered`` ns; None: none, or
+        added into ``own`` already) where they outlast the chunk's work and own data, which they run under.
+
+        An out-of-order core issues a gather's reads (their addresses come from the iteration's own
+        data, not from each other) while it computes and streams, so the chunk lasts the longer of
+        the two; a chunk of little work and many reads is as long as its reads.
+        """
+        if gathered is None:
+            return own
+        return own + max(gathered - work - own, 0.0)
 
     def _offsets(self, fp: Footprint) -> np.ndarray:
         """Where each of the footprint's blocks starts in its data, and where the last one ends (n + 1 byte
@@ -368,14 +419,15 @@ class DataState(SmallChunks, Contention):
         """The time of one read of the footprint's shared array by ``worker``, its chunk reading ``count``
         (``shares``: as for ``_share``).
 
-        A read at a random place finds the array in a level with the chance that the level holds
-        it, min(1, level size / array size), as if the array had the level to itself (at least
-        what the inner levels hold: they are inclusive); the rest comes from DRAM, from each node
-        in proportion to the array's pages there. Reads missing a level bring their lines through
-        it, which ages what the iterations' own data left there.
+        A read at a random place finds the array in a level with the chance that the level still
+        holds its line since the line was last read (``held_by_lru``: the array's other lines and
+        the iterations' own data read in between push it out), at least what the inner levels
+        hold (they are inclusive); the rest comes from DRAM, from each node in proportion to the
+        array's pages there. Reads missing a level bring their lines through it, which ages what
+        the iterations' own data left there.
         """
         socket = self.socket_list[worker]
-        plan = self._gather_plan(fp.gather, fp.placement, socket)
+        plan = self._gather_plan(fp, socket)
         overlap = self.h.outstanding_misses
         per_read = 0.0
         for i, level, part, missed, nbytes, name in plan["levels"]:
@@ -386,28 +438,35 @@ class DataState(SmallChunks, Contention):
             if level.shared_by == "socket":
                 bandwidth = self._share(i, level, start, socket, shares)
                 self._note(i, level, [socket], reading)
-            per_read += part * max(level.latency_ns / overlap, nbytes / bandwidth)
+            latency = level.random_read_ns if level.random_read_ns else level.latency_ns / overlap
+            per_read += part * max(latency, nbytes / bandwidth)
             self.counters[name] += part * count
         missed = plan["dram"]
         if missed > 0:
             dram, share = self.h.dram, plan["share"]
             self._note("dram", dram, plan["nodes"], reading)
-            costs = [part * max(latency / overlap, self.line / self._share("dram", dram, start, node, shares))
+            # A measured read costs as much more from another node as that node's latency is more.
+            scale = dram.random_read_ns / dram.latency_ns if dram.random_read_ns else 1.0 / overlap
+            costs = [part * max(latency * scale, self.line / self._share("dram", dram, start, node, shares))
                      for node, (part, latency) in enumerate(zip(share, plan["latency"]))]
             per_read += missed * _sum(costs)
             self.counters["local_dram"] += missed * count * share[socket]
             self.counters["remote_dram"] += missed * count * (1.0 - share[socket])
         return per_read
 
-    def _gather_plan(self, gather: Gather, placement: str, socket: int) -> dict:
-        """What a read of a shared array costs a core of ``socket``, but for the shared bandwidths: worked out
-        once per array and socket (each level's share of the reads, and the DRAM's by node)."""
-        key = (gather.size, gather.element, placement, socket)
+    def _gather_plan(self, fp: Footprint, socket: int) -> dict:
+        """What a read of a footprint's shared array costs a core of ``socket``, but for the shared bandwidths:
+        worked out once per footprint and socket (each level's share of the reads, and the DRAM's by node)."""
+        key = (id(fp), socket)
         plan = self.plans.get(key)
         if plan is None:
+            gather, placement = fp.gather, fp.placement
+            # The iterations' own bytes, per read of the array and in all: what else passes through a level.
+            own = float(fp.total)
+            own_per_read = own / max(float(gather.reads.sum()), 1.0)
             levels, inner = [], 0.0
             for i, level in enumerate(self.h.levels):
-                held = max(inner, min(1.0, level.size_bytes / gather.size))
+                held = max(inner, held_by_lru(level.size_bytes, gather.size, self.line, own_per_read, own))
                 # A read served by the innermost level moves one element; one that missed it, the whole line.
                 levels.append((i, level, held - inner, 1.0 - held, gather.element if i == 0 else self.line,
                                f"{level.name}_hits"))
@@ -418,8 +477,9 @@ class DataState(SmallChunks, Contention):
             latency = (np.where(hops == 0, dram.latency_ns, self.remote(dram.remote_latency_ns, hops))
                        if dram.remote_latency_ns else np.full(self.sockets, dram.latency_ns))
             share = self._pages(placement)
+            # The plan holds its footprint, so that no other footprint takes the id it is kept by.
             plan = {"levels": levels, "dram": 1.0 - inner, "share": share.tolist(),
-                    "latency": latency.tolist(), "nodes": np.flatnonzero(share > 0).tolist()}
+                    "latency": latency.tolist(), "nodes": np.flatnonzero(share > 0).tolist(), "footprint": fp}
             self.plans[key] = plan
         return plan
 

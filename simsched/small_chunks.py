@@ -42,7 +42,7 @@ def _access(latency: float, bandwidth_gbs: float, pattern: str, nbytes: int, ove
 class SmallChunks:
     """``DataState.chunk`` for a chunk of a few iterations, one at a time (mixed into ``DataState``)."""
 
-    def _few(self, worker: int, fp: Footprint, lo: int, hi: int, start: float) -> float:
+    def _few(self, worker: int, fp: Footprint, lo: int, hi: int, start: float, work: float = 0.0) -> float:
         """``chunk`` for a few iterations, one at a time in plain floats, in NumPy's order of operations.
 
         Each iteration's time takes the NumPy path's steps in its order, and the counters and
@@ -176,14 +176,18 @@ class SmallChunks:
                     else:
                         cost = _access(fits.latency_ns, fits.bandwidth_gbs, pattern, ELEMENT_BYTES, overlap_of[j])
                     time[j] += extra * cost
+        gathered = None
         if fp.gather is not None:
             reads = fp.gather.reads[lo:hi].tolist()
             count = float(sum(reads))
             if count:
                 per_read = self._gather(worker, fp, count, start, reading, shares)
-                for j in range(n):
-                    time[j] += reads[j] * per_read
-        total = self._jitter(_sum(time))
+                if h.dram.gathers == "added":
+                    for j in range(n):
+                        time[j] += reads[j] * per_read
+                else:
+                    gathered = count * per_read
+        total = self._jitter(self.gathered(_sum(time), gathered, work))
         # The chunk's blocks now live in this core's caches, stamped in the order it touched them.
         blocks.holder[lo:hi] = worker
         moved = _sum(sizes)

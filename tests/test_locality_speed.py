@@ -54,6 +54,16 @@ def _no_shared_level() -> Machine:
     return Machine.from_dict(data, "test")
 
 
+def _measured_random_reads() -> Machine:
+    """Haswell whose levels and DRAM give what an independent random read costs, as a calibration writes."""
+    data = _haswell_data()
+    data["name"] = "haswell-random-reads"
+    for level, ns in (("l1", 0.7), ("l2", 1.9), ("l3", 4.1)):
+        data["cache"][level]["random_read_ns"] = ns
+    data["dram"]["random_read_ns"] = 31.0
+    return Machine.from_dict(data, "test")
+
+
 MACHINES = {
     "haswell": lambda: load_machine("haswell-e5-2695v3"),
     "xeon-e5-4620 (4 sockets, jitter)": lambda: load_machine("xeon-e5-4620"),
@@ -63,6 +73,8 @@ MACHINES = {
     "haswell without queueing": lambda: load_machine('haswell-e5-2695v3[dram.queueing="none"]'),
     "stride misses": _strided,
     "no shared level": _no_shared_level,
+    "haswell with gathers added": lambda: load_machine('haswell-e5-2695v3[dram.gathers="added"]'),
+    "haswell with measured random reads": lambda: _measured_random_reads(),
 }
 _BUILT: dict[str, Machine] = {}
 
@@ -82,7 +94,10 @@ def replay(m: Machine, loops: list[Loop], plan, limit: int, threads: int | None 
     threads = threads or m.cores
     state = DataState(m, m.placement(threads), loops, np.random.default_rng(7))
     with scalar_iterations(limit):
-        times = [state.chunk(worker, loops[k].data, lo, hi, start) for k, lo, hi, worker, start in plan]
+        # Each chunk's work, under which its gathers run: a share of its compute, so some outlast it.
+        times = [state.chunk(worker, loops[k].data, lo, hi, start,
+                             work=0.25 * float(loops[k].prefix[hi] - loops[k].prefix[lo]))
+                 for k, lo, hi, worker, start in plan]
     return {
         "times": times,
         "counters": dict(state.counters),

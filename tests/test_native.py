@@ -502,6 +502,9 @@ def test_calibrate_writes_a_loadable_hierarchy_with_increasing_sizes(tmp_path):
     latencies = [lv.latency_ns for lv in levels] + [hierarchy.dram.latency_ns]
     assert all(0 < a <= b for a, b in zip(latencies, latencies[1:])) and latencies[-1] < 10_000
     assert all(lv.bandwidth_gbs > 0 for lv in levels) and hierarchy.dram.shared_bandwidth_gbs > 0
+    # Independent loads at random lines of each level and of DRAM, never faster outward.
+    reads = [lv.random_read_ns for lv in levels] + [hierarchy.dram.random_read_ns]
+    assert all(0 < a <= b for a, b in zip(reads, reads[1:])) and reads[-1] < 10_000
     assert hierarchy.outstanding_misses >= 1
     text = out.read_text()
     assert "pointer chase" in text and "Independent random loads" in text and "sysfs" in text

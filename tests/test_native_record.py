@@ -185,3 +185,63 @@ def test_bad_input_is_one_line_and_exit_2(args, message, matrix, graph, tmp_path
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
     assert not (tmp_path / "t.csv").exists()
+
+
+def test_the_kernels_declare_what_their_iterations_touch(matrix, graph):
+    from simsched.native import kernels
+
+    # Row i: its row pointers and y[i] (16 B), 12 B a nonzero streamed; x (3 doubles) gathered at its columns.
+    spmv = kernels.spmv(matrix, iters=2)
+    footprints = spmv.footprints()
+    assert len(footprints) == 2 and footprints[0] is footprints[1]  # both products touch the same data
+    assert footprints[0].bytes.tolist() == [16 + 12 * 2, 16 + 12 * 1, 16 + 12 * 3]
+    assert footprints[0].gather.reads.tolist() == [2, 1, 3] and footprints[0].gather.size == 3 * 8
+    assert (footprints[0].pattern, footprints[0].placement) == ("stream", "master")
+    # A level's vertex: its number, row pointers and sum (24 B), 4 B an edge; the 7 levels (doubles) gathered.
+    bfs = kernels.bfs(graph, 0)
+    degrees = [[2], [2, 2], [4], [1, 1]]
+    assert [fp.bytes.tolist() for fp in bfs.footprints()] == [[24 + 4 * d for d in level] for level in degrees]
+    assert [fp.gather.reads.tolist() for fp in bfs.footprints()] == degrees
+    assert {fp.gather.size for fp in bfs.footprints()} == {7 * 8}
+    assert len({fp.data for fp in bfs.footprints()}) == 4  # each level's vertices are data of their own
+
+
+def test_a_hot_recording_plans_every_block_twice_in_a_row():
+    from simsched.native.record import alone
+
+    rows, offsets = alone([5, 2], 2, 2, runs=2)
+    assert rows.tolist() == [[0, 0, 2], [0, 0, 2], [0, 2, 4], [0, 2, 4], [0, 4, 5], [0, 4, 5],
+                             [1, 0, 2], [1, 0, 2]]
+    assert offsets.tolist() == [0, 8, 8]
+
+
+@needs_native
+def test_record_with_data_times_each_block_again_and_validate_adds_the_footprints(matrix, tmp_path):
+    out = tmp_path / "spmv.npz"
+    proc = _cli("record", "spmv", "--matrix", matrix, "--block", 1, "--samples", 2, "--data", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert trace_metadata(out)["data"] is True and [loop.size for loop in _loops(out)] == [3]
+    proc = _cli("validate", "--machine", MACHINE, "--threads", THREADS, "--repeat", 2,
+                "--workload", f"trace:path={out}", "--schedulers", "omp-static", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert [row["data"] for row in rows] == [True, True]
+    # The simulation adds the rows' data (from DRAM on this machine model) to the recorded work.
+    from simsched.native.validate import recorded_costs
+    from simsched.native import kernels
+
+    work = sum(float(c.sum()) for c in recorded_costs(out, kernels.spmv(matrix), 1))
+    assert rows[0]["sim_ms"] * 1e6 > work
+
+
+@needs_native
+def test_a_plan_that_runs_a_chunk_other_than_twice_is_refused(matrix):
+    from simsched.errors import ExecutionError
+    from simsched.native import execute, kernels
+    from simsched.schedulers import get_scheduler
+
+    spmv = kernels.spmv(matrix)
+    rows = np.array([[0, 0, 2], [0, 0, 2], [0, 2, 3]])
+    with pytest.raises(ExecutionError, match=r"a planned chunk ran 1 time\(s\), not 2"):
+        execute(get_scheduler("omp-static"), spmv.spec, 1, np.zeros(3), spmv.sizes, 1, csr=spmv.csr,
+                plan=(rows, np.array([0, 3])), runs_each=2)

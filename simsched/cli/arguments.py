@@ -243,6 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
     native_rec.add_argument("--samples", type=_integer, default=5,
                             help="timed passes; each block's cost is its median (default 5)")
     native_rec.add_argument("--timeout", type=float, default=60.0, help="stop the thread after this many s")
+    native_rec.add_argument("--data", action="store_true",
+                            help="time each block right after it ran, its data in cache: the costs are the "
+                                 "work alone, and simulations of the trace in native validate add the kernel's "
+                                 "data footprints")
     native_cal = native_sub.add_parser("calibrate", help="measure this machine into a machine file")
     native_cal.add_argument("--out", default=HOST_MACHINE_FILE, help=f"machine file (default {HOST_MACHINE_FILE})")
     native_cal.add_argument("--threads", type=_integer, help="CPUs to measure (default: all available)")

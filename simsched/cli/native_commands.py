@@ -114,7 +114,7 @@ def _native_record(args) -> int:
     options = {key: getattr(args, key) for key in ("matrix", "iters", "graph", "source", "n", "array_bytes",
                                                    "pattern", "repeat", "seed")}
     kernel = kernels.from_options(args.kernel, options)
-    loops, meta = record.record(kernel, args.block, args.samples, args.timeout)
+    loops, meta = record.record(kernel, args.block, args.samples, args.timeout, args.data)
     record.write(out, loops, meta)
     total = sum(float(loop.sum()) for loop in loops)
     print(f"{kernel.spec}: {len(loops)} loop(s), {sum(kernel.loop_sizes)} iterations in blocks of {meta['block']}, "

@@ -2016,6 +2016,43 @@ static void *chase_steps(probe_t *p, void *cursor, long steps)
     return q;
 }
 
+/* At least ``p->count`` loads of random lines over ``buf`` whose addresses do not depend on any load: what one
+ * core's independent reads cost each, as many in flight as it keeps. The loop must not bound them itself: the
+ * addresses come from an additive lagged Fibonacci generator, y[n] = y[n-7] + y[n-3] mod 2^32 (the lags of the
+ * primitive trinomial x^7 + x^3 + 1: period (2^7 - 1) 2^31) held in seven registers, so each costs one add and
+ * waits only on the add three addresses back, and the line floor(y lines / 2^32) one multiply (which fits in 64
+ * bits: lines < 2^32); a generator that multiplied too would take turns with it on the core's multiplier. The
+ * loads go to seven integer sums, unrolled seven at a time. ``pow2``: the line is a power of two. Returns the
+ * sum, and the loads done in ``*loads``. */
+static inline __attribute__((always_inline)) uint64_t independent_loads(probe_t *p, const char *buf, size_t lines,
+                                                                         int pow2, long *loads)
+{
+    const size_t line = p->line;
+    uint64_t seed = p->seed, n = lines, mask = ~((uint64_t)line - 1);
+    int down = 32;
+    for (size_t bit = 1; pow2 && bit < line; bit <<= 1) down--;
+    uint32_t y0 = (uint32_t)splitmix64(&seed) | 1, y1 = (uint32_t)splitmix64(&seed),
+             y2 = (uint32_t)splitmix64(&seed), y3 = (uint32_t)splitmix64(&seed), y4 = (uint32_t)splitmix64(&seed),
+             y5 = (uint32_t)splitmix64(&seed), y6 = (uint32_t)splitmix64(&seed);
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0;
+#define RANDOM_LINE(y) (*(const uint64_t *)(buf + (pow2 ? ((uint64_t)(y) * n) >> down & mask \
+                                                        : (((uint64_t)(y) * n) >> 32) * line)))
+    long rounds = (p->count + 6) / 7, r;
+    for (r = 0; r < rounds; r++) {
+        if ((r & 1023) == 0 && PROBE_ABORTED(p)) break;
+        y0 += y4; s0 += RANDOM_LINE(y0);
+        y1 += y5; s1 += RANDOM_LINE(y1);
+        y2 += y6; s2 += RANDOM_LINE(y2);
+        y3 += y0; s3 += RANDOM_LINE(y3);
+        y4 += y1; s4 += RANDOM_LINE(y4);
+        y5 += y2; s5 += RANDOM_LINE(y5);
+        y6 += y3; s6 += RANDOM_LINE(y6);
+    }
+#undef RANDOM_LINE
+    *loads = 7 * r;
+    return s0 + s1 + s2 + s3 + s4 + s5 + s6;
+}
+
 static void *probe_side(void *v)
 {
     probe_arg *a = v;
@@ -2064,17 +2101,12 @@ static void *probe_side(void *v)
                 units += (double)elems * sizeof(uint64_t);
             }
         } else {
-            /* Independent loads of random lines: the next address does not wait for this load. */
-            uint64_t x = p->seed;
-            double s = 0;
-            for (long k = 0; k < p->count; k++) {
-                x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-                size_t line = (size_t)(((x >> 32) * (uint64_t)lines) >> 32);
-                s += *(const double *)(buf + line * p->line + sizeof(void *));
-                if ((k & 4095) == 0 && PROBE_ABORTED(p)) break;
-            }
-            sink = s;
-            units = (double)p->count;
+            long loads;
+            /* A line of a power of two is reached by a shift and a mask, any other by a second multiply. */
+            uint64_t s = (p->line & (p->line - 1)) == 0 ? independent_loads(p, buf, lines, 1, &loads)
+                                                        : independent_loads(p, buf, lines, 0, &loads);
+            sink = (double)s;
+            units = (double)loads;
         }
         double end = now_ns();
         p->start[w] = start;

@@ -13,7 +13,13 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SimschedError
+from ..footprint import ELEMENT_BYTES, Footprint, Gather
+from ..workloads.graphs import EDGE_BYTES
+from ..workloads.sparse import NONZERO_BYTES, ROW_BYTES
 from .extension import INT32
+
+# A BFS kernel's vertex besides its adjacency: its number in the frontier, its row pointers, its written sum.
+BFS_VERTEX_BYTES = 3 * ELEMENT_BYTES
 
 
 @dataclass
@@ -26,11 +32,17 @@ class Kernel:
     memory: tuple = ()   # the memory kernel's arguments (simsched.native.kernel), or ()
     csr: tuple = ()      # the CSR-row kernel's arguments, or ()
     meta: dict = field(default_factory=dict)
+    # What each loop of one pass touches, as the data model describes it (for a recording with its data).
+    data: list = field(default_factory=list)
 
     @property
     def loop_sizes(self) -> list[int]:
         """The size of every loop of all passes, in order: the loops of a recording."""
         return [int(n) for n in self.sizes] * self.passes
+
+    def footprints(self) -> list:
+        """The footprint of every loop of all passes, in order: a pass touches the same data again."""
+        return list(self.data) * self.passes
 
     @property
     def spec(self) -> str:
@@ -59,7 +71,12 @@ def spmv(matrix: "str | Path", iters: int = 1) -> Kernel:
     x = 1.0 + (np.arange(a.shape[1]) % 10) / 10  # any fixed vector: the work does not depend on it
     csr = (indptr, indices, np.ascontiguousarray(a.data, dtype=np.float64).tobytes(), x.tobytes(), b"",
            int(a.shape[0]))
-    return Kernel("spmv", np.array([a.shape[0]], dtype=np.int64), int(iters), csr=csr,
+    # Row i reads its two row pointers and writes y[i], streams its nonzeros' values and column numbers, and
+    # gathers x at those columns: the spmv workload's footprint. The arrays were built on the master thread.
+    lengths = np.diff(a.indptr).astype(np.int64)
+    data = Footprint(ROW_BYTES + NONZERO_BYTES * lengths, "stream", "master", "recorded spmv",
+                     gather=Gather(lengths, max(int(a.shape[1]), 1) * ELEMENT_BYTES, ELEMENT_BYTES, "recorded x"))
+    return Kernel("spmv", np.array([a.shape[0]], dtype=np.int64), int(iters), csr=csr, data=[data],
                   meta={"kernel": "spmv", "matrix": _input_name(matrix), "iters": int(iters)})
 
 
@@ -83,14 +100,21 @@ def bfs(graph: "str | Path", source: int = 0) -> Kernel:
     rows = reached[np.argsort(levels[reached], kind="stable")]  # the frontiers in level order, each by vertex
     indptr, indices = _csr_arrays(g, f"graph {graph}")
     csr = (indptr, indices, b"", levels.astype(np.float64).tobytes(), rows.astype(np.int64).tobytes(), int(n))
-    return Kernel("bfs", np.bincount(levels[reached]).astype(np.int64), 1, csr=csr,
+    sizes = np.bincount(levels[reached]).astype(np.int64)
+    # The level's j-th vertex: its number, its two row pointers and its sum written, its adjacency streamed
+    # (the level's vertices in order), its neighbours' levels gathered from the array of all n.
+    degrees = np.split(np.diff(g.indptr)[rows].astype(np.int64), np.cumsum(sizes)[:-1])
+    data = [Footprint(BFS_VERTEX_BYTES + EDGE_BYTES * d, "stream", "master", f"recorded bfs level {level}",
+                      gather=Gather(d, int(n) * ELEMENT_BYTES, ELEMENT_BYTES, "recorded levels"))
+            for level, d in enumerate(degrees)]
+    return Kernel("bfs", sizes, 1, csr=csr, data=data,
                   meta={"kernel": "bfs", "graph": _input_name(graph), "source": int(source)})
 
 
 def memory(n: int, array_bytes: int, pattern: str = "stride", repeat: int = 1, seed: int = 0) -> Kernel:
     """The memory kernel: one loop of ``n`` iterations, each over an array of ``array_bytes`` of its own with
     ``pattern``, ``repeat`` loops over the same arrays."""
-    from ..footprint import ELEMENT_BYTES, PATTERNS, Footprint
+    from ..footprint import PATTERNS
     from .memkernel import kernel
 
     for name, value, low in (("--n", n, 1), ("--array-bytes", array_bytes, ELEMENT_BYTES), ("--repeat", repeat, 1),
@@ -103,7 +127,7 @@ def memory(n: int, array_bytes: int, pattern: str = "stride", repeat: int = 1, s
         raise SimschedError(f"unknown --pattern {pattern!r} (known: {', '.join(PATTERNS)})")
     footprint = Footprint(bytes=np.full(int(n), int(array_bytes), dtype=np.int64), pattern=pattern)
     args = kernel(footprint, np.random.default_rng(seed))
-    return Kernel("memory", np.array([n], dtype=np.int64), int(repeat), memory=args,
+    return Kernel("memory", np.array([n], dtype=np.int64), int(repeat), memory=args, data=[footprint],
                   meta={"kernel": "memory", "n": int(n), "array_bytes": int(array_bytes), "pattern": pattern,
                         "repeat": int(repeat), "seed": int(seed)})
 

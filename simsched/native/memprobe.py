@@ -3,7 +3,8 @@
 The probes live in the C extension (``_native.memory``): a pointer chase around a random
 cycle of lines (dependent loads: the latency), a read of every word in order (what one core's
 loads get from a level, and all cores' together from DRAM: the bandwidth, as the machine files
-define it) and independent random loads (how many misses overlap where no prefetcher helps).
+define it) and independent random loads (how many misses overlap where no prefetcher helps, and
+what a read at a random place of each level's data costs one core).
 A loaded-latency probe times the pointer chase on one CPU while 0, 1, 2, 4, ... and all the other
 CPUs read large arrays of their own in order: how much longer a miss takes while the others load
 the memory controller, against the GB/s they read meanwhile.
@@ -57,7 +58,13 @@ def read_gbs(cpus: list[int], size: int, line: int) -> float:
 
 
 def independent_ns(cpu: int, size: int, line: int) -> float:
-    """Best ns per load of random lines whose addresses do not depend on earlier loads."""
+    """Best ns per load of random lines whose addresses do not depend on earlier loads.
+
+    Seven streams of addresses (each an add and a multiply of the loop's, for lines of a power of
+    two) go to seven sums: the core keeps as many loads in flight as it can, so the level's loads
+    set the time, not the loop's own work (a generator chained through one address or one sum
+    would hold it to that chain's pace even where the first level answers every load).
+    """
     return min(_probe("independent", [cpu], size, line, CHASE_LOADS) for _ in range(TRIES))
 
 
@@ -117,7 +124,7 @@ def jitter_cv(cpu: int, size: int, line: int) -> float:
 
 
 def measure_hierarchy(cpus: list[int], progress=print) -> dict:
-    """Latency and bandwidth of every cache level and of DRAM, measured on ``cpus`` (the first one alone)."""
+    """Latency, independent loads and bandwidth of each cache level and DRAM, on ``cpus`` (the first alone)."""
     levels = caches(cpus[0])
     line = levels[0].line_bytes if levels else 64
     first = cpus[0]
@@ -135,9 +142,10 @@ def measure_hierarchy(cpus: list[int], progress=print) -> dict:
     measured = []
     for cache in levels:
         size = cache.size_bytes // 2
-        progress(f"L{cache.level}: pointer chase and reads over {_kib(size)}")
+        progress(f"L{cache.level}: pointer chase, independent loads and reads over {_kib(size)}")
         measured.append({"cache": cache, "probe_bytes": size, "latency_ns": chase_ns(first, size, line),
-                         "bandwidth_gbs": read_gbs([first], size, line)})
+                         "bandwidth_gbs": read_gbs([first], size, line),
+                         "random_read_ns": independent_ns(first, size, line)})
     independent = independent_ns(first, dram_bytes, line)
     bandwidth = read_gbs([first], dram_bytes, line)
     hot_bytes = cached_bytes(levels)
@@ -295,18 +303,27 @@ def _loaded_entry(m: dict) -> list[str]:
                    f"(by reading CPUs: {steps})" + "".join(f"; {note}" for note in notes))]
 
 
+def _random_read_entry(written: float, measured: float, size: str, which: str, raised_to: str) -> str:
+    """``random_read_ns`` as ``written``, from independent loads over ``size``, and whether it was raised."""
+    return _entry("random_read_ns", f"{written:.2f}", f"independent loads: ns per load at random lines of {size} "
+                  f"{which}, addresses not depending on each other, one thread; the best of {TRIES} tries"
+                  + (f"; measured {measured:.2f}, raised to {raised_to}" if written > round(measured, 2) else ""))
+
+
 def hierarchy_text(m: dict) -> str:
     """The ``[cache.lN]`` and ``[dram]`` sections for measurements ``m``, each value commented with its source."""
     out = ["", f"# The memory hierarchy: sizes, lines and sharing from {SYS_CPU}/cpu{m['cpu']}/cache/index*/ (data and",
            f"# unified caches); latencies and bandwidths measured on CPU {m['cpu']}, each the best of {TRIES} tries "
            "(large pages where", "# the kernel grants them, so the probes time the memory rather than page walks)."]
-    floor = 0.0
+    floor = random_floor = 0.0
     for i, level in enumerate(m["levels"]):
         cache = level["cache"]
         # Noise must not make an outer level faster than an inner one (compared as written, to 2 decimals).
         latency = max(round(level["latency_ns"], 2), floor)
         raised = latency > round(level["latency_ns"], 2)
         floor = latency
+        random_read = max(round(level["random_read_ns"], 2), random_floor)
+        random_floor = random_read
         size = _kib(level["probe_bytes"])
         out += [f"[cache.l{cache.level}]",
                 _entry("size_kib", f"{cache.size_bytes // 1024}", _size_source(m, cache.size_bytes)
@@ -318,11 +335,14 @@ def hierarchy_text(m: dict) -> str:
                        f"of lines over {size} (half the level)"
                        + (f"; measured {level['latency_ns']:.2f}, raised to the level inside's" if raised else "")),
                 _entry("bandwidth_gbs", f"{level['bandwidth_gbs']:.1f}", f"one thread reading every word of "
-                       f"{size} in order, again and again, nothing stored: GB/s read")]
+                       f"{size} in order, again and again, nothing stored: GB/s read"),
+                _random_read_entry(random_read, level["random_read_ns"], size, "(half the level)",
+                                   "the level inside's")]
         if i == 0:
             out += _stride_entries(m)
         out.append("")
     dram_latency = max(round(m["dram_latency_ns"], 2), floor)
+    dram_random_read = max(round(m["independent_ns"], 2), random_floor)
     shared = m["shared_gbs"]
     best = max(range(len(shared)), key=lambda k: shared[k])
     size = _kib(m["dram_bytes"])
@@ -333,6 +353,8 @@ def hierarchy_text(m: dict) -> str:
                    f"({DRAM_FACTOR} x the last level's size in sysfs)"
                    + (f"; measured {m['dram_latency_ns']:.2f}, raised to the last level's"
                       if dram_latency > round(m["dram_latency_ns"], 2) else "")),
+            _random_read_entry(dram_random_read, m["independent_ns"], size,
+                               f"({DRAM_FACTOR} x the last level's size in sysfs)", "the last level's"),
             _entry("bandwidth_gbs", f"{m['dram_bandwidth_gbs']:.1f}", f"one thread reading every word of "
                    f"{size} in order, as for the caches"),
             _entry("shared_bandwidth_gbs", f"{shared[best]:.1f}", f"the best aggregate of 1..{len(shared)} threads "

@@ -93,14 +93,15 @@ def run(scheduler, workload, threads: int, seed: int = 0, repeat: int = 1,
 def execute(sched, workload: str, threads: int, costs: np.ndarray, sizes, repeat: int, seed: int = 0,
             timeout_s: float = DEFAULT_TIMEOUT_S, memory: tuple = (), csr: tuple = (),
             timeline: bool = False, plan: tuple | None = None, rng=None,
-            late: tuple[int, float] = (-1, 0.0)) -> tuple[Result, bytes]:
+            late: tuple[int, float] = (-1, 0.0), runs_each: int = 1) -> tuple[Result, bytes]:
     """Run a program of loops of ``sizes`` iterations (``costs`` for all of them, in order) ``repeat`` times
     under the scheduler object ``sched``; each iteration runs the memory kernel (``memory``: :func:`kernel`'s
     arguments) or the CSR-row kernel (``csr``), then busy-waits its cost. Returns the Result and the CSR
     kernel's outputs (empty without it).
 
     With ``plan`` = (int64 (loop, lo, hi) rows by worker, int64 offsets of each worker's first row, P + 1),
-    the workers run exactly those chunks in that order instead, loop by loop between full barriers.
+    the workers run exactly those chunks in that order instead, loop by loop between full barriers;
+    ``runs_each``: the plan runs each of its chunks that many times (a chunk's rows one after another).
     A scheduler with a chunk table draws it from ``rng``, the run's generator (default: one seeded with ``seed``).
     ``late`` = (worker, ns): that worker arrives ns late at every loop.
     """
@@ -146,7 +147,8 @@ def execute(sched, workload: str, threads: int, costs: np.ndarray, sizes, repeat
         raise SimschedError(f"placement=interleave: the kernel refused to interleave the pages ({exc})") from None
     if not trace["pinned"]:
         warnings.warn("the threads could not be pinned to CPUs; they ran unpinned", RuntimeWarning, stacklevel=2)
-    result = _result(trace, sched.spec, workload, threads, seed, costs, list(sizes) * int(repeat), int(repeat))
+    result = _result(trace, sched.spec, workload, threads, seed, costs, list(sizes) * int(repeat), int(repeat),
+                     runs_each)
     result.counters = simulator_counters(sched.spec, result.counters)
     return result, trace["out"]
 

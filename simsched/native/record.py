@@ -34,14 +34,20 @@ PROBE_BLOCK = 256
 SUFFIXES = (".parquet", ".csv", ".npz")
 
 
-def run_alone(kernel: Kernel, k: int, repeat: int, timeout_s: float = DEFAULT_TIMEOUT_S):
-    """The chunk table of ``repeat`` passes of ``kernel``'s program, worker 0 running every block of k in order."""
+def run_alone(kernel: Kernel, k: int, repeat: int, timeout_s: float = DEFAULT_TIMEOUT_S, hot: bool = False):
+    """The chunk table of ``repeat`` passes of ``kernel``'s program, worker 0 running every block of k in order.
+
+    ``hot``: each block runs twice in a row and the table keeps the second run, the block's work with its data
+    in the core's caches.
+    """
     threads = 1  # alone: see the module docstring
     sizes = [int(n) for n in kernel.sizes]
+    runs = 2 if hot else 1
     result, _ = execute(get_scheduler("omp-static"), kernel.spec, threads, np.zeros(sum(sizes)), kernel.sizes,
                         repeat, timeout_s=timeout_s, memory=kernel.memory, csr=kernel.csr,
-                        plan=alone(sizes * repeat, k, threads))
-    return result.chunks.sort_values(["loop", "lo"], kind="stable")
+                        plan=alone(sizes * repeat, k, threads, runs), runs_each=runs)
+    chunks = result.chunks.sort_values(["loop", "lo"], kind="stable")  # a block's runs stay in the order they ran
+    return chunks.iloc[runs - 1::runs]
 
 
 def empty_block_ns(timeout_s: float = DEFAULT_TIMEOUT_S) -> float:
@@ -74,21 +80,27 @@ def check_counts(block: int | None, samples: int) -> tuple[int | None, int]:
 
 
 def record(kernel: Kernel, block: int | None = None, samples: int = 5,
-           timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[list, dict]:
+           timeout_s: float = DEFAULT_TIMEOUT_S, data: bool = False) -> tuple[list, dict]:
     """Time ``kernel``'s loops on one thread after a warm pass: per loop, each block's median ns over ``samples``
-    timed passes; and the metadata."""
+    timed passes; and the metadata.
+
+    ``data``: time each block right after the same block ran (its data in cache), so that the costs are the
+    kernel's work alone, and say so in the metadata: a simulation then adds the kernel's data footprints,
+    which the data model prices, instead of finding their memory time in the costs.
+    """
     require()
     block, samples = check_counts(block, samples)
     timer = empty_block_ns(timeout_s)
     k = block or choose_block(timer, iteration_ns(kernel, timer, timeout_s))
-    chunks = run_alone(kernel, k, 1 + samples * kernel.passes, timeout_s)
+    chunks = run_alone(kernel, k, 1 + samples * kernel.passes, timeout_s, hot=data)
     chunks = chunks[chunks["loop"] >= kernel.sizes.size]  # the warm pass is not recorded
     blocks = [block_sizes(int(n), k).size for n in kernel.loop_sizes]
     # One row per timed pass of the whole recording, its blocks in program order.
     passes = (chunks["end"] - chunks["start"]).to_numpy().reshape(samples, sum(blocks))
     median = np.maximum(np.median(passes, axis=0) - timer, 0.0)
     loops = np.split(median, np.cumsum(blocks)[:-1])
-    meta = {**kernel.meta, "block": int(k), "samples": samples, "host": platform.node() or "unknown",
+    meta = {**kernel.meta, "block": int(k), "samples": samples, "data": bool(data),
+            "host": platform.node() or "unknown",
             "empty_block_ns": round(timer, 2),
             "recorded": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
     return loops, meta
@@ -113,11 +125,13 @@ def write(out: Path, loops: list, meta: dict) -> Path:
     return write_trace(out, loops, metadata=meta)
 
 
-def alone(sizes: list[int], k: int, threads: int) -> tuple[np.ndarray, np.ndarray]:
-    """A plan giving worker 0 every block of k iterations of loops of ``sizes``, in order; the others none."""
+def alone(sizes: list[int], k: int, threads: int, runs: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """A plan giving worker 0 every block of k iterations of loops of ``sizes``, in order, each ``runs`` times in
+    a row; the others none."""
     rows = np.concatenate([np.column_stack((np.full(-(-n // k), loop), np.arange(0, n, k),
                                             np.minimum(np.arange(0, n, k) + k, n)))
                            for loop, n in enumerate(sizes)])
+    rows = np.repeat(rows, runs, axis=0)
     return rows, np.array([0] + [len(rows)] * threads, dtype=np.int64)
 
 

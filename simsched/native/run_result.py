@@ -47,16 +47,24 @@ def simulator_counters(scheduler: str, measured: dict) -> dict[str, int]:
 
 
 def _result(trace, scheduler: str, workload: str, threads: int, seed: int, costs, sizes: list,
-            repeat: int) -> Result:
+            repeat: int, runs_each: int = 1) -> Result:
     """A Result from the extension's trace of loops of ``sizes`` iterations (``costs``' program ``repeat`` times),
-    checked for exactly-once execution."""
+    checked for exactly-once execution (``runs_each``: a plan ran every chunk so many times; its distinct
+    chunks are checked)."""
     records = np.frombuffer(trace["chunks"], dtype=[("loop", "<i8"), ("lo", "<i8"), ("hi", "<i8"),
                                                      ("start", "<f8"), ("end", "<f8")])
     workers = np.frombuffer(trace["workers"], dtype="<i8")
     chunks = pd.DataFrame({"worker": workers, **{name: records[name] for name in CHUNK_COLUMNS[1:]}})
     chunks = chunks.sort_values(["start", "worker"], kind="stable").reset_index(drop=True)
     sizes = [int(n) for n in sizes]
-    verify_exactly_once(chunks, sizes, scheduler)
+    distinct = chunks
+    if runs_each > 1:
+        runs = chunks.groupby(["loop", "lo", "hi"], sort=False).size()
+        if (runs != runs_each).any():
+            raise ExecutionError(f"{scheduler}: a planned chunk ran {int(runs[runs != runs_each].iloc[0])} time(s), "
+                                 f"not {runs_each}")
+        distinct = chunks.drop_duplicates(["loop", "lo", "hi"])
+    verify_exactly_once(distinct, sizes, scheduler)
     ends = [float(x) for x in trace["loop_end"]]
     makespan = ends[-1]
     measured = np.frombuffer(trace["state"], dtype="<f8").reshape(threads, 3)
@@ -71,7 +79,7 @@ def _result(trace, scheduler: str, workload: str, threads: int, seed: int, costs
                   makespan_ns=makespan, sequential_ns=float(costs.sum()) * repeat, state_ns=state, chunks=chunks,
                   counters=dict(sorted(trace["counters"].items())),
                   loop_ns=[float(x) for x in np.diff([0.0] + ends)],
-                  events=0, repeat=repeat, segments=segments, affinity=affinity.from_chunks(chunks, sizes))
+                  events=0, repeat=repeat, segments=segments, affinity=affinity.from_chunks(distinct, sizes))
 
 
 def _segments(marks: np.ndarray, chunks: pd.DataFrame, makespan: float) -> pd.DataFrame:

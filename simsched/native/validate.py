@@ -329,7 +329,8 @@ def validate_trace(workload: str, machine=HOST_MACHINE_FILE, threads: int | None
     ``progress`` (a function of one line) hears of each scheduler as it starts.
     """
     progress = progress or _quiet
-    from ..engine import simulate_program
+    from ..engine import Simulation
+    from ..loop import Loop
     from ..schedulers import get_scheduler
     from ..workloads import get_workload
     from .pinned_runs import execute
@@ -352,6 +353,9 @@ def validate_trace(workload: str, machine=HOST_MACHINE_FILE, threads: int | None
     check_threads(threads)
     model.check_threads(threads)
     costs = recorded_costs(path, kernel, block)
+    # A recording with its data holds the kernel's work alone: the simulation adds what its data costs.
+    data = kernel.footprints() if meta.get("data") else [None] * len(costs)
+    program = [Loop(cost, data=footprint) for cost, footprint in zip(costs, data)]
     zeros = np.zeros(int(kernel.sizes.sum()))
     loops = len(kernel.loop_sizes)
 
@@ -362,9 +366,12 @@ def validate_trace(workload: str, machine=HOST_MACHINE_FILE, threads: int | None
         measured, _ = execute(get_scheduler(name), kernel.spec, workers, zeros, kernel.sizes,
                               kernel.passes * (repeat + 1), memory=kernel.memory, csr=kernel.csr)
         passes = np.asarray(measured.loop_ns).reshape(repeat + 1, loops).sum(axis=1)[1:]  # the first is warm-up
-        simulated = float(sum(simulate_program(model, as_run_natively(name), costs, workers).loop_ns))
+        simulation = Simulation(model, workers, keep_chunks=False)
+        simulation.load(program)
+        simulated = float(sum(simulation.run(get_scheduler(as_run_natively(name))).loop_ns))
         native_ns = float(np.median(passes))
         return {"scheduler": name, "threads": workers, "control": control, "kernel": kernel.spec, "block": block,
+                "data": bool(meta.get("data")),
                 "native_ms": native_ns / 1e6, "native_min_ms": float(passes.min()) / 1e6,
                 "native_max_ms": float(passes.max()) / 1e6, "sim_ms": simulated / 1e6,
                 "error": (simulated - native_ns) / native_ns}
@@ -385,8 +392,10 @@ def format_trace_validation(table: pd.DataFrame) -> str:
         lines.append(f"{row.scheduler:<14} {row.native_ms:10.3f} {spread:>19} {row.sim_ms:13.3f} "
                      f"{100 * row.error:+7.1f}%")
     if len(table):
+        data = ("; simulated: each block's work with its data in cache, plus the kernel's data footprints"
+                if table["data"].iloc[0] else "")
         lines.append(f"{table['kernel'].iloc[0]} on {table['threads'].iloc[0]} thread(s), recorded in blocks of "
-                     f"{table['block'].iloc[0]}; native: median of the passes after a warm one")
+                     f"{table['block'].iloc[0]}; native: median of the passes after a warm one{data}")
         lines.append(f"median |error|: {100 * float(table['error'].abs().median()):.1f}%")
     for row in control.itertuples(index=False):
         lines.append(f"control, omp-static on 1 thread as recorded: native {row.native_ms:.3f} ms, simulated "

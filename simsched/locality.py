@@ -195,7 +195,7 @@ class DataState(SmallChunks, Contention):
         self.far = [[lv.remote_latency_ns[max(k, 1) - 1] if lv.remote_latency_ns else lv.latency_ns for k in hops]
                     for lv in levels]
         self.blocks: dict[str, Blocks] = {}
-        self.plans: dict[tuple, dict] = {}  # what a read of each shared array costs each socket (_gather_plan)
+        self.plans: dict[tuple, dict] = {}  # what a read of each footprint's shared array costs each socket (_gather_plan)
         self.offsets: dict[Footprint, np.ndarray] = {}  # where each footprint's blocks start (_offsets)
         # The run's generator, for the jitter of memory times (none: exact times, as for a sequential baseline).
         self.rng = rng
@@ -245,7 +245,7 @@ class DataState(SmallChunks, Contention):
         """The memory time of iterations [lo, hi) run by ``worker`` from ``start``; moves their data there.
 
         ``now`` is the simulation clock (default: ``start``), before which no chunk starts. ``work``
-        is the chunk's compute time, under which its gathers run where they overlap (``gathered``).
+        is the chunk's compute time, under which its gathers run where they overlap (``with_gathers``).
         Chunks of up to ``SCALAR_ITERATIONS`` iterations take the per-iteration path (``_few``),
         the others NumPy's: the same arithmetic in the same order, so the same time to the bit.
         """
@@ -328,7 +328,7 @@ class DataState(SmallChunks, Contention):
                     time += reads * per_read
                 else:
                     gathered = count * per_read
-        total = self._jitter(self.gathered(float(time.sum()), gathered, work))
+        total = self._jitter(self.with_gathers(float(time.sum()), gathered, work))
         # The chunk's blocks now live in this core's caches, stamped in the order it touched them.
         blocks.holder[lo:hi] = worker
         moved = float(size.sum())
@@ -346,7 +346,7 @@ class DataState(SmallChunks, Contention):
         return total
 
     @staticmethod
-    def gathered(own: float, gathered: float | None, work: float) -> float:
+    def with_gathers(own: float, gathered: float | None, work: float) -> float:
         """A chunk's memory time: its own data's, ``own``, and its gathers' (``gathered`` ns; None: none, or
         added into ``own`` already) where they outlast the chunk's work and own data, which they run under.
 
@@ -457,7 +457,7 @@ class DataState(SmallChunks, Contention):
     def _gather_plan(self, fp: Footprint, socket: int) -> dict:
         """What a read of a footprint's shared array costs a core of ``socket``, but for the shared bandwidths:
         worked out once per footprint and socket (each level's share of the reads, and the DRAM's by node)."""
-        key = (id(fp), socket)
+        key = (fp, socket)  # a footprint hashes by identity
         plan = self.plans.get(key)
         if plan is None:
             gather, placement = fp.gather, fp.placement
@@ -477,9 +477,8 @@ class DataState(SmallChunks, Contention):
             latency = (np.where(hops == 0, dram.latency_ns, self.remote(dram.remote_latency_ns, hops))
                        if dram.remote_latency_ns else np.full(self.sockets, dram.latency_ns))
             share = self._pages(placement)
-            # The plan holds its footprint, so that no other footprint takes the id it is kept by.
             plan = {"levels": levels, "dram": 1.0 - inner, "share": share.tolist(),
-                    "latency": latency.tolist(), "nodes": np.flatnonzero(share > 0).tolist(), "footprint": fp}
+                    "latency": latency.tolist(), "nodes": np.flatnonzero(share > 0).tolist()}
             self.plans[key] = plan
         return plan
 

@@ -187,7 +187,7 @@ class SmallChunks:
                         time[j] += reads[j] * per_read
                 else:
                     gathered = count * per_read
-        total = self._jitter(self.gathered(_sum(time), gathered, work))
+        total = self._jitter(self.with_gathers(_sum(time), gathered, work))
         # The chunk's blocks now live in this core's caches, stamped in the order it touched them.
         blocks.holder[lo:hi] = worker
         moved = _sum(sizes)

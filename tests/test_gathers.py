@@ -47,9 +47,9 @@ def _with(**values) -> Machine:
 
 
 def test_the_rule_takes_the_longer_of_the_gathers_and_the_rest():
-    assert DataState.gathered(10.0, 50.0, 15.0) == 35.0   # 10 + (50 - 15 - 10)
-    assert DataState.gathered(10.0, 50.0, 100.0) == 10.0  # hidden under the work
-    assert DataState.gathered(10.0, None, 0.0) == 10.0    # no gathers (or added already)
+    assert DataState.with_gathers(10.0, 50.0, 15.0) == 35.0   # 10 + (50 - 15 - 10)
+    assert DataState.with_gathers(10.0, 50.0, 100.0) == 10.0  # hidden under the work
+    assert DataState.with_gathers(10.0, None, 0.0) == 10.0    # no gathers (or added already)
 
 
 def test_gathers_run_under_the_chunks_work_and_own_data():
@@ -130,3 +130,4 @@ def test_a_chunks_gathers_miss_more_where_its_rows_stream_through_the_same_level
                           gather=Gather(np.full(4, 100), 40 << 20, 8, "x"))
     state = DataState(haswell, [0], [Loop(np.ones(4), data=lone), Loop(np.ones(4), data=streaming)])
     assert state._gather_plan(streaming, 0)["dram"] > state._gather_plan(lone, 0)["dram"]
+

@@ -226,12 +226,64 @@ def test_record_with_data_times_each_block_again_and_validate_adds_the_footprint
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert [row["data"] for row in rows] == [True, True]
-    # The simulation adds the rows' data (from DRAM on this machine model) to the recorded work.
-    from simsched.native.validate import recorded_costs
+    # The simulation is of the recorded work with the kernel's data: the same as simulating both here, and more
+    # than the work alone.
+    from simsched.engine import Simulation
+    from simsched.loop import Loop
+    from simsched.machine import load_machine
     from simsched.native import kernels
+    from simsched.native.validate import recorded_costs
+    from simsched.schedulers import get_scheduler
 
-    work = sum(float(c.sum()) for c in recorded_costs(out, kernels.spmv(matrix), 1))
-    assert rows[0]["sim_ms"] * 1e6 > work
+    costs = recorded_costs(out, kernels.spmv(matrix), 1)
+
+    def simulated(data: bool) -> float:
+        sim = Simulation(load_machine(MACHINE), 1, keep_chunks=False)
+        sim.load([Loop(c, data=fp if data else None) for c, fp in zip(costs, kernels.spmv(matrix).footprints())])
+        return sum(sim.run(get_scheduler("omp-static")).loop_ns) / 1e6
+
+    assert rows[0]["sim_ms"] == pytest.approx(simulated(True), rel=1e-12)
+    assert rows[0]["sim_ms"] > simulated(False)
+
+
+@needs_native
+def test_data_recordings_refuse_blocks_too_large_to_run_again_from_cache(tmp_path):
+    from simsched.errors import SimschedError
+    from simsched.native import kernels
+    from simsched.native.record import check_hot_blocks
+
+    memory = kernels.memory(8, 4096)
+    check_hot_blocks(memory, 2, room=8192)
+    with pytest.raises(SimschedError, match="a block of 3 iteration"):
+        check_hot_blocks(memory, 3, room=8192)
+    out = tmp_path / "m.npz"
+    proc = _cli("record", "memory", "--n", 4, "--array-bytes", 64 << 20, "--block", 1, "--data", "--out", out)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "give a smaller --block" in proc.stderr and not out.exists()
+
+
+@needs_native
+def test_a_data_recording_on_a_machine_without_caches_is_refused_before_any_run(matrix, tmp_path):
+    out = tmp_path / "spmv.npz"
+    assert _cli("record", "spmv", "--matrix", matrix, "--block", 1, "--samples", 1, "--data",
+                "--out", out).returncode == 0
+    proc = _cli("validate", "--machine", ROOT / "machines" / "graviton3.toml", "--threads", 1, "--repeat", 1,
+                "--workload", f"trace:path={out}")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "was recorded with --data" in proc.stderr
+
+
+@needs_native
+def test_a_trace_whose_data_mark_is_not_a_boolean_is_refused(matrix, tmp_path):
+    from simsched.workloads.trace import write_trace
+
+    out = tmp_path / "spmv.npz"
+    assert _cli("record", "spmv", "--matrix", matrix, "--block", 1, "--samples", 1, "--out", out).returncode == 0
+    edited = tmp_path / "edited.npz"
+    write_trace(edited, _loops(out), metadata={**trace_metadata(out), "data": "false"})
+    proc = _cli("validate", "--machine", MACHINE, "--threads", 1, "--repeat", 1, "--workload", f"trace:path={edited}")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "its metadata's data must be true or false" in proc.stderr
 
 
 @needs_native

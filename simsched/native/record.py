@@ -63,10 +63,11 @@ def choose_block(timer_ns: float, iteration_ns: float, spans: int = BLOCK_SPANS)
     return max(1, math.ceil(spans * timer_ns / iteration_ns))
 
 
-def iteration_ns(kernel: Kernel, empty_ns: float, timeout_s: float = DEFAULT_TIMEOUT_S) -> float:
+def iteration_ns(kernel: Kernel, empty_ns: float, timeout_s: float = DEFAULT_TIMEOUT_S, hot: bool = False) -> float:
     """The time of one iteration: over a warm pass of the program in blocks of PROBE_BLOCK, the median over
-    blocks of a block's span less an empty one's, per iteration (a median, so a preempted block does not count)."""
-    chunks = run_alone(kernel, PROBE_BLOCK, 2, timeout_s)
+    blocks of a block's span less an empty one's, per iteration (a median, so a preempted block does not count);
+    ``hot``: as a recording with its data times them."""
+    chunks = run_alone(kernel, PROBE_BLOCK, 2, timeout_s, hot)
     timed = chunks[chunks["loop"] >= kernel.sizes.size]
     spans = (timed["end"] - timed["start"]).to_numpy() - empty_ns
     return max(float(np.median(spans / (timed["hi"] - timed["lo"]).to_numpy())), 0.0)
@@ -91,7 +92,9 @@ def record(kernel: Kernel, block: int | None = None, samples: int = 5,
     require()
     block, samples = check_counts(block, samples)
     timer = empty_block_ns(timeout_s)
-    k = block or choose_block(timer, iteration_ns(kernel, timer, timeout_s))
+    k = block or choose_block(timer, iteration_ns(kernel, timer, timeout_s, hot=data))
+    if data:
+        check_hot_blocks(kernel, k)
     chunks = run_alone(kernel, k, 1 + samples * kernel.passes, timeout_s, hot=data)
     chunks = chunks[chunks["loop"] >= kernel.sizes.size]  # the warm pass is not recorded
     blocks = [block_sizes(int(n), k).size for n in kernel.loop_sizes]
@@ -104,6 +107,31 @@ def record(kernel: Kernel, block: int | None = None, samples: int = 5,
             "empty_block_ns": round(timer, 2),
             "recorded": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
     return loops, meta
+
+
+def check_hot_blocks(kernel: Kernel, k: int, room: int | None = None) -> None:
+    """Refuse a recording with its data whose blocks of ``k`` iterations touch more than ``room`` bytes (default:
+    half this core's last private cache level, which a block run twice keeps to itself): run again, a larger
+    block would not surely find its data in cache, and its cost would hold memory time the simulation adds."""
+    if room is None:
+        from .hostinfo import caches
+        from .memprobe import half_private
+
+        room = half_private(caches())
+        if not room:
+            return  # sysfs lists no caches: nothing to check against
+    largest = 0
+    for fp in kernel.data:
+        # The block's own bytes, and a line for each read of the shared array (at most the array).
+        starts = np.arange(0, fp.bytes.size, k)
+        own = np.add.reduceat(fp.bytes, starts)
+        reads = np.add.reduceat(fp.gather.reads, starts) * 64 if fp.gather is not None else 0
+        touched = own + (np.minimum(reads, fp.gather.size) if fp.gather is not None else 0)
+        largest = max(largest, int(touched.max()))
+    if largest > room:
+        raise SimschedError(f"--data: a block of {k} iteration(s) touches {largest / 2**10:.4g} KiB, more than the "
+                            f"{room / 2**10:.4g} KiB (half this core's last private cache) a block run again finds "
+                            "in cache; give a smaller --block")
 
 
 def check_out(path: str) -> Path:

@@ -353,9 +353,16 @@ def validate_trace(workload: str, machine=HOST_MACHINE_FILE, threads: int | None
     check_threads(threads)
     model.check_threads(threads)
     costs = recorded_costs(path, kernel, block)
+    data = meta.get("data", False)
+    if not isinstance(data, bool):
+        raise SimschedError(f"trace {path}: its metadata's data must be true or false, got {data!r}")
     # A recording with its data holds the kernel's work alone: the simulation adds what its data costs.
-    data = kernel.footprints() if meta.get("data") else [None] * len(costs)
-    program = [Loop(cost, data=footprint) for cost, footprint in zip(costs, data)]
+    footprints = kernel.footprints() if data else [None] * len(costs)
+    program = [Loop(cost, data=footprint) for cost, footprint in zip(costs, footprints)]
+    if data and model.hierarchy is None:
+        raise SimschedError(f"trace {path} was recorded with --data: its simulation adds the kernel's data, which "
+                            f"needs a machine file that describes its memory hierarchy ([cache.*] and [dram])")
+    Simulation(model, threads, keep_chunks=False).load(program)  # data that cannot fit is refused before any run
     zeros = np.zeros(int(kernel.sizes.sum()))
     loops = len(kernel.loop_sizes)
 
@@ -371,7 +378,7 @@ def validate_trace(workload: str, machine=HOST_MACHINE_FILE, threads: int | None
         simulated = float(sum(simulation.run(get_scheduler(as_run_natively(name))).loop_ns))
         native_ns = float(np.median(passes))
         return {"scheduler": name, "threads": workers, "control": control, "kernel": kernel.spec, "block": block,
-                "data": bool(meta.get("data")),
+                "data": data,
                 "native_ms": native_ns / 1e6, "native_min_ms": float(passes.min()) / 1e6,
                 "native_max_ms": float(passes.max()) / 1e6, "sim_ms": simulated / 1e6,
                 "error": (simulated - native_ns) / native_ns}

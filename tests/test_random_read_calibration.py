@@ -14,30 +14,12 @@ from simsched import load_machine, native
 from simsched.cli import main
 from simsched.native import calibrate, hostload, memprobe
 from simsched.native.hostinfo import Cache
+from test_loaded_latency import HEADER as LOADED_TOY_HEADER
 
 needs_native = pytest.mark.skipif(not native.available(), reason="native runtime not built")
 
-HEADER = """name = "random-read-toy"
-description = "three cache levels and DRAM with round numbers"
-
-[topology]
-sockets = 1
-cores_per_socket = 2
-
-[clock]
-base_ghz = 1.0
-
-[latency_ns]
-same_socket = 100.0
-socket_hop = 100.0
-
-[costs_ns]
-atomic = 10.0
-store = 1.0
-loop_setup = 0.0
-chunk = 0.0
-combine = 0.0
-"""
+# The loaded-latency tests' toy machine (one socket of two cores, round numbers) without its caches and DRAM.
+HEADER = LOADED_TOY_HEADER.format(sockets=1, cores=2)
 
 KIB, MIB = 1 << 10, 1 << 20
 CACHES = [Cache(1, 32 * KIB, 64, "core", "0"), Cache(2, 1 * MIB, 64, "core", "0"),

@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import SimschedError
 from ..footprint import ELEMENT_BYTES, Footprint, Gather
 from ..workloads.graphs import EDGE_BYTES
-from ..workloads.sparse import NONZERO_BYTES, ROW_BYTES
+from ..workloads.sparse import rows_footprint
 from .extension import INT32
 
 # A BFS kernel's vertex besides its adjacency: its number in the frontier, its row pointers, its written sum.
@@ -71,11 +71,8 @@ def spmv(matrix: "str | Path", iters: int = 1) -> Kernel:
     x = 1.0 + (np.arange(a.shape[1]) % 10) / 10  # any fixed vector: the work does not depend on it
     csr = (indptr, indices, np.ascontiguousarray(a.data, dtype=np.float64).tobytes(), x.tobytes(), b"",
            int(a.shape[0]))
-    # Row i reads its two row pointers and writes y[i], streams its nonzeros' values and column numbers, and
-    # gathers x at those columns: the spmv workload's footprint. The arrays were built on the master thread.
-    lengths = np.diff(a.indptr).astype(np.int64)
-    data = Footprint(ROW_BYTES + NONZERO_BYTES * lengths, "stream", "master", "recorded spmv",
-                     gather=Gather(lengths, max(int(a.shape[1]), 1) * ELEMENT_BYTES, ELEMENT_BYTES, "recorded x"))
+    # The spmv workload's footprint; the arrays were built on the master thread.
+    data = rows_footprint(np.diff(a.indptr), a.shape[1], "master", "recorded spmv")
     return Kernel("spmv", np.array([a.shape[0]], dtype=np.int64), int(iters), csr=csr, data=[data],
                   meta={"kernel": "spmv", "matrix": _input_name(matrix), "iters": int(iters)})
 

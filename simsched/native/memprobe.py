@@ -303,6 +303,12 @@ def _loaded_entry(m: dict) -> list[str]:
                    f"(by reading CPUs: {steps})" + "".join(f"; {note}" for note in notes))]
 
 
+def _not_below(measured: float, floor: float) -> float:
+    """A figure as written (2 decimals), raised to ``floor``: noise must not make an outer level faster than an
+    inner one."""
+    return max(round(measured, 2), floor)
+
+
 def _random_read_entry(written: float, measured: float, size: str, which: str, raised_to: str) -> str:
     """``random_read_ns`` as ``written``, from independent loads over ``size``, and whether it was raised."""
     return _entry("random_read_ns", f"{written:.2f}", f"independent loads: ns per load at random lines of {size} "
@@ -318,12 +324,9 @@ def hierarchy_text(m: dict) -> str:
     floor = random_floor = 0.0
     for i, level in enumerate(m["levels"]):
         cache = level["cache"]
-        # Noise must not make an outer level faster than an inner one (compared as written, to 2 decimals).
-        latency = max(round(level["latency_ns"], 2), floor)
+        latency = floor = _not_below(level["latency_ns"], floor)
         raised = latency > round(level["latency_ns"], 2)
-        floor = latency
-        random_read = max(round(level["random_read_ns"], 2), random_floor)
-        random_floor = random_read
+        random_read = random_floor = _not_below(level["random_read_ns"], random_floor)
         size = _kib(level["probe_bytes"])
         out += [f"[cache.l{cache.level}]",
                 _entry("size_kib", f"{cache.size_bytes // 1024}", _size_source(m, cache.size_bytes)
@@ -341,8 +344,8 @@ def hierarchy_text(m: dict) -> str:
         if i == 0:
             out += _stride_entries(m)
         out.append("")
-    dram_latency = max(round(m["dram_latency_ns"], 2), floor)
-    dram_random_read = max(round(m["independent_ns"], 2), random_floor)
+    dram_latency = _not_below(m["dram_latency_ns"], floor)
+    dram_random_read = _not_below(m["independent_ns"], random_floor)
     shared = m["shared_gbs"]
     best = max(range(len(shared)), key=lambda k: shared[k])
     size = _kib(m["dram_bytes"])

@@ -109,7 +109,7 @@ def record(kernel: Kernel, block: int | None = None, samples: int = 5,
     return loops, meta
 
 
-def check_hot_blocks(kernel: Kernel, k: int, room: int | None = None) -> None:
+def check_hot_blocks(kernel: Kernel, k: int, room: int | None = None, line: int = 64) -> None:
     """Refuse a recording with its data whose blocks of ``k`` iterations touch more than ``room`` bytes (default:
     half this core's last private cache level, which a block run twice keeps to itself): run again, a larger
     block would not surely find its data in cache, and its cost would hold memory time the simulation adds."""
@@ -117,15 +117,17 @@ def check_hot_blocks(kernel: Kernel, k: int, room: int | None = None) -> None:
         from .hostinfo import caches
         from .memprobe import half_private
 
-        room = half_private(caches())
+        levels = caches()
+        room = half_private(levels)
         if not room:
             return  # sysfs lists no caches: nothing to check against
+        line = levels[0].line_bytes
     largest = 0
     for fp in kernel.data:
         # The block's own bytes, and a line for each read of the shared array (at most the array).
         starts = np.arange(0, fp.bytes.size, k)
         own = np.add.reduceat(fp.bytes, starts)
-        reads = np.add.reduceat(fp.gather.reads, starts) * 64 if fp.gather is not None else 0
+        reads = np.add.reduceat(fp.gather.reads, starts) * line if fp.gather is not None else 0
         touched = own + (np.minimum(reads, fp.gather.size) if fp.gather is not None else 0)
         largest = max(largest, int(touched.max()))
     if largest > room:

@@ -43,6 +43,14 @@ def names_shipped(text: str) -> bool:
     return len(path.parts) == 1 and not path.suffix
 
 
+def rows_footprint(lengths, cols: int, placement: str, name: str, optional: bool = False) -> Footprint:
+    """What the rows of a sparse product touch: row i streams its row pointers, its y and its nonzeros' values
+    and columns, and gathers x (``cols`` doubles) at those columns."""
+    lengths = np.asarray(lengths, dtype=np.int64)  # no copy where they are already (fitted lengths are)
+    x = Gather(lengths, max(int(cols), 1) * ELEMENT_BYTES, ELEMENT_BYTES, f"{name} x")
+    return Footprint(ROW_BYTES + NONZERO_BYTES * lengths, "stream", placement, name, gather=x, optional=optional)
+
+
 def read_matrix(path_or_name: "str | Path") -> sp.csr_matrix:
     """A Matrix Market file as CSR, or a shipped matrix by name (a value with no folder and no suffix)."""
     import scipy.sparse as sp
@@ -277,9 +285,6 @@ class SpMV(ProgramWorkload):
         # Every product streams the same rows and gathers from the same x: one data set for all the loops.
         source = (f"like={self.params['like']}" if "like" in self.given else "rows" if "rows" in self.given
                   else self.params["matrix"])
-        name = data_name(f"spmv {source}")
-        lengths = np.asarray(lengths, dtype=np.int64)  # no copy where they are already (fitted lengths are)
-        x = Gather(lengths, max(cols, 1) * ELEMENT_BYTES, ELEMENT_BYTES, f"{name} x")
-        footprint = Footprint(ROW_BYTES + NONZERO_BYTES * lengths, "stream", self.params["placement"], name,
-                              gather=x, optional="data" not in self.given)
+        footprint = rows_footprint(lengths, cols, self.params["placement"], data_name(f"spmv {source}"),
+                                   optional="data" not in self.given)
         return self.program(costs, [footprint] * len(costs))

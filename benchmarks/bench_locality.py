@@ -2,14 +2,15 @@
 the E3 sweep's wall time, and events and time per chunk as iterations grow 100x.
 
 Run:  python benchmarks/bench_locality.py [--jobs 2] [--skip-sweep] [--rounds 5] [--app-rounds 1]
-Prints each figure; nothing here is a pass/fail test (these machines are noisy). The two ways of working a
-chunk out (NumPy over its iterations, or one iteration at a time in plain floats) are timed alternately,
-round after round, and compared by the median of each round's ratio.
+Prints each figure; nothing here is a pass/fail test (these machines are noisy). The ways of working a
+chunk out (NumPy over its iterations; one iteration at a time in plain floats, in Python or compiled) are
+timed alternately, round after round, and compared by the median of each round's ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import heapq
 import statistics
 import tempfile
@@ -28,17 +29,30 @@ from simsched.workloads import draw_loops, get_workload
 ROOT = Path(__file__).resolve().parent.parent
 MACHINE = "haswell-e5-2695v3"
 APP = "spmv:matrix=powerlaw,iters=10"   # one of E4's applications: 10 loops of 2048 rows, a gather of x
-PATHS = {"numpy": 0, "per-iteration": 10**9, "as shipped": locality.SCALAR_ITERATIONS}
+PATHS = {"numpy": 0, "per-iteration": 10**9, "compiled": 10**9, "as shipped": locality.SCALAR_ITERATIONS}
+COMPILED = locality.compiled
+
+
+@contextlib.contextmanager
+def compiled_path(on: bool):
+    """Within it, data states take the compiled per-iteration path (where built) or the Python one."""
+    kept, locality.compiled = locality.compiled, COMPILED if on else None
+    try:
+        yield
+    finally:
+        locality.compiled = kept
 
 
 
 
-def data_model_cost(size: int, limit: int, chunks: int = 2000, threads: int = 28) -> float:
+def data_model_cost(size: int, path: str, chunks: int = 2000, threads: int = 28) -> float:
     """Seconds per chunk of the data model alone: ``chunks`` chunks of ``size`` iterations of APP's loops on
     MACHINE, each to the worker free first (as self-scheduling deals them), timed at its start."""
     machine = load_machine(MACHINE)
     loops = draw_loops(get_workload(APP), np.random.default_rng(0))
-    state = DataState(machine, machine.placement(threads), loops, np.random.default_rng(1))
+    limit = PATHS[path]
+    with compiled_path(path != "per-iteration"):
+        state = DataState(machine, machine.placement(threads), loops, np.random.default_rng(1))
     free = [(0.0, worker) for worker in range(threads)]
     loop, lo = 0, 0
     with scalar_iterations(limit):
@@ -53,9 +67,9 @@ def data_model_cost(size: int, limit: int, chunks: int = 2000, threads: int = 28
         return (time.perf_counter() - begin) / chunks
 
 
-def app_run(workload: str, limit: int) -> tuple[float, float]:
+def app_run(workload: str, limit: int, compiled: bool = True) -> tuple[float, float]:
     """Wall seconds and makespan of a chunk=1 run of ``workload`` on MACHINE, 28 threads."""
-    with scalar_iterations(limit):
+    with scalar_iterations(limit), compiled_path(compiled):
         begin = time.perf_counter()
         result = simsched.simulate(MACHINE, "omp-dynamic:chunk=1,runtime=gnu", workload, 28,
                                    keep_chunks=False)
@@ -81,30 +95,36 @@ def main() -> None:
 
     print(f"data model cost per chunk, {APP} on {MACHINE}, 28 workers "
           f"(per-iteration path up to {locality.SCALAR_ITERATIONS} iterations as shipped):")
-    print(f"{'iterations':>10} {'numpy us':>9} {'per-iteration us':>17} {'numpy / per-iteration':>22}")
+    if COMPILED is None:
+        print("(simsched._locality is not built: the compiled column repeats the Python path)")
+    print(f"{'iterations':>10} {'numpy us':>9} {'per-iteration us':>17} {'compiled us':>12} "
+          f"{'numpy / per-iteration':>22} {'per-iteration / compiled':>25}")
     for size in (1, 2, 4, 8, 16, 32, 48, 64, 128):
-        times: dict[str, list[float]] = {"numpy": [], "per-iteration": []}
+        times: dict[str, list[float]] = {"numpy": [], "per-iteration": [], "compiled": []}
         for _ in range(args.rounds):
             for path, taken in times.items():
-                taken.append(data_model_cost(size, PATHS[path], chunks=max(200, 2000 // size)))
+                taken.append(data_model_cost(size, path, chunks=max(200, 2000 // size)))
         ratio = statistics.median(a / b for a, b in zip(times["numpy"], times["per-iteration"]))
+        faster = statistics.median(a / b for a, b in zip(times["per-iteration"], times["compiled"]))
         print(f"{size:>10} {1e6 * statistics.median(times['numpy']):9.1f} "
-              f"{1e6 * statistics.median(times['per-iteration']):17.1f} {ratio:22.2f}")
+              f"{1e6 * statistics.median(times['per-iteration']):17.1f} "
+              f"{1e6 * statistics.median(times['compiled']):12.1f} {ratio:22.2f} {faster:25.2f}")
 
     print(f"\nomp-dynamic:chunk=1,runtime=gnu, 28 threads, {APP}: wall s "
           f"(alternating, the least of {args.app_rounds} round(s))")
-    walls: dict[str, list[float]] = {"data, as shipped": [], "data, numpy only": [], "data=0": []}
+    walls: dict[str, list[float]] = {"data, as shipped": [], "data, Python path": [], "data, numpy only": [],
+                                     "data=0": []}
     makespans = {}
     for _ in range(args.app_rounds):
         for name, taken in walls.items():
             workload = APP + (",data=0" if name == "data=0" else "")
             limit = PATHS["numpy"] if "numpy" in name else PATHS["as shipped"]
-            wall, makespans[name] = app_run(workload, limit)
+            wall, makespans[name] = app_run(workload, limit, compiled="Python" not in name)
             taken.append(wall)
     for name, values in walls.items():
         print(f"  {name:18} {min(values):7.2f} s  (makespan {makespans[name]:.6f} ns)")
-    same = makespans["data, as shipped"] == makespans["data, numpy only"]
-    print(f"  the two data runs' makespans are {'identical' if same else 'DIFFERENT'}")
+    same = makespans["data, as shipped"] == makespans["data, Python path"] == makespans["data, numpy only"]
+    print(f"  the three data runs' makespans are {'identical' if same else 'DIFFERENT'}")
 
     print("\nevents and wall time per chunk, omp-dynamic, 32 threads, 5 loops, same chunk count:")
     print(f"{'iterations':>10} {'chunk':>6} {'chunks':>7} {'events':>8} {'events/chunk':>13} {'us/chunk':>9}")

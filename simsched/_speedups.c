@@ -1,5 +1,6 @@
 /* The simulator's hottest loops in C: the self-scheduling claim (``claims``, one chunk per step), and the
- * chunked-stealing loop (``steals``: the owner's takes and chunks, with iCh's policy compiled in).
+ * chunked-stealing loop (``steals``: the owner's takes and chunks, with iCh's policy compiled in). A chunk's
+ * time is its compute where the loop is plain; with data or noise they call Simulation.chunk_time for it.
  *
  * Their Python loops are the reference (simsched.schedulers.selfsched.index_claim_steps and
  * simsched.schedulers.stealing.Stealing.python_steps, with simsched.schedulers.ich.ICh's hooks): these
@@ -151,6 +152,7 @@ static int notify_spinners(PyObject *line, PyObject *worker, PyObject *notify) {
 /* What both loops record a chunk with, as Simulation.inline_chunks hands it to the Python loops. */
 typedef struct {
     PyObject *worker, *index, *pending, *flush, *mark;
+    PyObject *chunk_time; /* Simulation.chunk_time for chunks that are not plain (data, noise); NULL: plain */
     Py_buffer prefix;
     int has_prefix;
     long long full;
@@ -158,7 +160,8 @@ typedef struct {
 } Sink;
 
 static int Sink_init(Sink *sink, long long w, long long index, PyObject *prefix, double dispatch,
-                     PyObject *pending, double slow, PyObject *flush, long long full, PyObject *mark) {
+                     PyObject *pending, double slow, PyObject *flush, long long full, PyObject *mark,
+                     PyObject *chunk_time) {
     if (!PyList_Check(pending)) {
         PyErr_SetString(PyExc_TypeError, "pending must be a list");
         return -1;
@@ -174,13 +177,17 @@ static int Sink_init(Sink *sink, long long w, long long index, PyObject *prefix,
     Py_INCREF(pending); sink->pending = pending;
     Py_INCREF(flush); sink->flush = flush;
     Py_INCREF(mark); sink->mark = mark;
+    if (chunk_time != NULL && chunk_time != Py_None) {
+        Py_INCREF(chunk_time);
+        sink->chunk_time = chunk_time;
+    }
     sink->full = full; sink->dispatch = dispatch; sink->slow = slow;
     return 0;
 }
 
 static void Sink_clear(Sink *sink) {
     Py_XDECREF(sink->worker); Py_XDECREF(sink->index); Py_XDECREF(sink->pending); Py_XDECREF(sink->flush);
-    Py_XDECREF(sink->mark);
+    Py_XDECREF(sink->mark); Py_XDECREF(sink->chunk_time);
     if (sink->has_prefix) PyBuffer_Release(&sink->prefix);
 }
 
@@ -194,7 +201,15 @@ static int Sink_record(Sink *sink, long long lo, long long hi, double t, double 
         return -1;
     }
     *start = t + sink->dispatch;
-    *work = (prefix[hi] - prefix[lo]) * sink->slow;
+    if (sink->chunk_time == NULL) {
+        *work = (prefix[hi] - prefix[lo]) * sink->slow;
+    } else {
+        PyObject *r = PyObject_CallFunction(sink->chunk_time, "OOLLd", sink->worker, sink->index, lo, hi, *start);
+        if (r == NULL) return -1;
+        *work = PyFloat_AsDouble(r);
+        Py_DECREF(r);
+        if (*work == -1.0 && PyErr_Occurred()) return -1;
+    }
     PyObject *fields[6] = {sink->worker, sink->index, PyLong_FromLongLong(lo), PyLong_FromLongLong(hi),
                            PyFloat_FromDouble(*start), PyFloat_FromDouble(*start + *work)};
     int failed = 0;
@@ -316,12 +331,12 @@ static PyObject *Claims_next(Claims *self) {
 }
 
 static PyObject *Claims_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    PyObject *env, *line, *into, *ranges, *prefix, *pending, *flush, *mark, *notify, *finish;
+    PyObject *env, *line, *into, *ranges, *prefix, *pending, *flush, *mark, *notify, *finish, *chunk_time = NULL;
     long long w, index, k, count, n, full;
     double atomic_ns, dispatch, slow;
-    if (!PyArg_ParseTuple(args, "OLLOOdLLOLOdOdOLOOO:claims", &env, &w, &index, &line, &into, &atomic_ns,
+    if (!PyArg_ParseTuple(args, "OLLOOdLLOLOdOdOLOOO|O:claims", &env, &w, &index, &line, &into, &atomic_ns,
                           &k, &count, &ranges, &n, &prefix, &dispatch, &pending, &slow, &flush, &full, &mark,
-                          &notify, &finish))
+                          &notify, &finish, &chunk_time))
         return NULL;
     if (!PyList_Check(into)) {
         PyErr_SetString(PyExc_TypeError, "claims: into must be a list");
@@ -329,7 +344,7 @@ static PyObject *Claims_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     }
     Claims *self = (Claims *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
-    if (Sink_init(&self->sink, w, index, prefix, dispatch, pending, slow, flush, full, mark) < 0) {
+    if (Sink_init(&self->sink, w, index, prefix, dispatch, pending, slow, flush, full, mark, chunk_time) < 0) {
         Py_DECREF(self);
         return NULL;
     }
@@ -755,14 +770,14 @@ static PyObject *Steals_next(Steals *self) {
 
 static PyObject *Steals_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     PyObject *env, *lock, *queue, *chunk_size, *extra, *report, *take, *attempt, *charged, *finish;
-    PyObject *scheduling, *computing, *prefix, *pending, *flush, *mark, *adaptive;
+    PyObject *scheduling, *computing, *prefix, *pending, *flush, *mark, *adaptive, *chunk_time = NULL;
     long long w, index, threads, give_up, fixed, full;
     double atomic_ns, store_ns, dispatch, slow;
-    if (!PyArg_ParseTuple(args, "OLLLLOOddLOOOOOOOOOOdOdOLOO:steals", &env, &w, &index, &threads, &give_up, &lock,
+    if (!PyArg_ParseTuple(args, "OLLLLOOddLOOOOOOOOOOdOdOLOO|O:steals", &env, &w, &index, &threads, &give_up, &lock,
                           &queue,
                           &atomic_ns, &store_ns, &fixed, &chunk_size, &extra, &report, &take, &attempt, &charged,
                           &finish, &scheduling, &computing, &prefix, &dispatch, &pending, &slow, &flush, &full,
-                          &mark, &adaptive))
+                          &mark, &adaptive, &chunk_time))
         return NULL;
     if (!PyList_Check(scheduling) || !PyList_Check(computing)) {
         PyErr_SetString(PyExc_TypeError, "steals: the state times must be lists");
@@ -770,7 +785,7 @@ static PyObject *Steals_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     }
     Steals *self = (Steals *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
-    if (Sink_init(&self->sink, w, index, prefix, dispatch, pending, slow, flush, full, mark) < 0
+    if (Sink_init(&self->sink, w, index, prefix, dispatch, pending, slow, flush, full, mark, chunk_time) < 0
         || (self->zero = PyLong_FromLong(0)) == NULL) {
         Py_DECREF(self);
         return NULL;

@@ -77,6 +77,14 @@ DRAM_COUNTERS = ("local_dram", "remote_dram")
 # 10 us an iteration, and they cross near 40 (benchmarks/bench_locality.py, docs/performance.md).
 SCALAR_ITERATIONS = 32
 
+# The per-iteration path and the readers compiled (simsched/_locality.c), the same arithmetic in the same order;
+# None where the extension is not built, or to run the Python path, which is the reference (the tests compare
+# every path).
+try:
+    from . import _locality as compiled
+except ImportError:
+    compiled = None
+
 
 @contextmanager
 def scalar_iterations(limit: int):
@@ -146,6 +154,7 @@ class DataState(SmallChunks, Contention):
     """The locality model of one run: the hierarchy, every data set's blocks, and the bytes through each cache."""
 
     def __init__(self, machine, cores: list[int], loops, rng: np.random.Generator | None = None):
+        readers_type = Readers if compiled is None else compiled.Readers
         hierarchy = machine.hierarchy
         if hierarchy is None:
             raise SimschedError(f"machine {machine.name} describes no memory hierarchy ([cache.*] and [dram]); "
@@ -164,15 +173,15 @@ class DataState(SmallChunks, Contention):
         self.through = [[0.0] * (machine.cores if lv.shared_by == "core" else machine.sockets) for lv in levels]
         self.shared = next((i for i, lv in enumerate(levels) if lv.shared_by == "socket"), None)
         # Who reads each shared resource now: every node's DRAM ("dram") and every socket's shared level (its index).
-        self.readers = {"dram": [Readers() for _ in range(self.sockets)]}
+        self.readers = {"dram": [readers_type() for _ in range(self.sockets)]}
         for i, level in enumerate(levels):
             if level.shared_by == "socket" and level.shared_bandwidth_gbs:
-                self.readers[i] = [Readers() for _ in range(self.sockets)]
+                self.readers[i] = [readers_type() for _ in range(self.sockets)]
         # What makes a miss wait behind the others' (None: nothing does); the links ("link") are read from a
         # home node by a socket, instance home x sockets + socket.
         self.queueing = Queueing.of(hierarchy)
         if self.queueing is not None and self.queueing.link_gbs:
-            self.readers["link"] = [Readers() for _ in range(self.sockets * self.sockets)]
+            self.readers["link"] = [readers_type() for _ in range(self.sockets * self.sockets)]
         self.counters = dict.fromkeys(counter_names(hierarchy), 0.0)
         # The same tables as plain lists, for the per-iteration path of small chunks (_few).
         self.every_reader = [readers for resource in self.readers.values() for readers in resource]
@@ -200,6 +209,7 @@ class DataState(SmallChunks, Contention):
         # The run's generator, for the jitter of memory times (none: exact times, as for a sequential baseline).
         self.rng = rng
         self.check(machine, loops)
+        self.small = self._compiled_path()
 
     def check(self, machine, loops) -> None:
         """Refuse data sets whose loops disagree on their size, or that do not fit in the machine's memory."""
@@ -250,6 +260,8 @@ class DataState(SmallChunks, Contention):
         the others NumPy's: the same arithmetic in the same order, so the same time to the bit.
         """
         now = start if now is None else now
+        if hi - lo <= SCALAR_ITERATIONS and self.small is not None:
+            return self.small.run(worker, fp, lo, hi, start, now, work)
         for readers in self.every_reader:
             readers.forget(now)
         if hi - lo <= SCALAR_ITERATIONS:
@@ -344,6 +356,28 @@ class DataState(SmallChunks, Contention):
             demand = self._demand(total, socket, lines_by_node.tolist(), waiting.tolist())
         self._hold(reading, demand, start, start + total)
         return total
+
+    def _compiled_path(self):
+        """``_few`` compiled (``compiled.Chunks``), holding this state's tables; None without the extension."""
+        if compiled is None:
+            return None
+        h, dram, queue = self.h, self.h.dram, self.queueing
+
+        def sharing(resource, source):
+            """The readers of a resource whose bandwidth its readers share (None: each reads at its own)."""
+            return self.readers[resource] if resource in self.readers and source.shared_bandwidth_gbs else None
+
+        kinds = ("shared", "private", "alone")
+        levels = [(level.size_bytes, level.latency_ns, level.bandwidth_gbs, level.shared_bandwidth_gbs or 0.0,
+                   kinds.index(kind), self.far[i], *self.tallies[i], self.instance_list[i], sharing(i, level))
+                  for i, (level, kind) in enumerate(zip(h.levels, self.kinds))]
+        memory = (dram.latency_ns, dram.remote_latency_ns or (), dram.bandwidth_gbs, dram.shared_bandwidth_gbs or 0.0,
+                  self.readers["dram"], sharing("dram", dram), dram.gathers == "added")
+        queueing = None if queue is None else (queue, queue.controller, bool(queue.curve), queue.controller_gbs or 0.0,
+                                                queue.link_gbs or 0.0)
+        return compiled.Chunks(self, levels, -1 if self.shared is None else self.shared, memory, queueing,
+                               self.readers.get("link"), self.socket_list, self.hops_list, self.line,
+                               h.outstanding_misses, bool(h.stride_misses), self.rng is not None and bool(dram.jitter_cv))
 
     @staticmethod
     def with_gathers(own: float, gathered: float | None, work: float) -> float:

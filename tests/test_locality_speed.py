@@ -1,9 +1,10 @@
-"""The data model's two ways of working a chunk out give the same results to the bit.
+"""The data model's ways of working a chunk out give the same results to the bit.
 
 ``DataState.chunk`` takes chunks of up to ``locality.SCALAR_ITERATIONS`` iterations one
-iteration at a time in plain floats (``_few``), larger ones with NumPy over all their
-iterations. These tests replay the same chunks with every chunk on one path, then on the other
-(the limit set to 0, then beyond any chunk), on machines that exercise every branch of the model
+iteration at a time in plain floats (``_few``, or its compiled copy ``simsched._locality`` where
+it is built), larger ones with NumPy over all their iterations. These tests replay the same
+chunks with every chunk on one path, then on another (the limit set to 0, then beyond any chunk,
+with and without the compiled copy), on machines that exercise every branch of the model
 (two and four sockets, shared levels with and without a bandwidth share, no shared level,
 stride misses by array size, jitter, a measured loaded-latency curve, socket links), and require
 the same times, counters, block states and readers; then whole runs through the CLI.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import tomllib
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -32,6 +34,18 @@ from simsched.machine import builtin_machine_bytes
 from simsched.workloads import draw_loops, get_workload
 
 NUMPY, PER_ITERATION = 0, 10**9   # SCALAR_ITERATIONS that put every chunk on one path
+COMPILED = locality.compiled
+needs_compiled = pytest.mark.skipif(COMPILED is None, reason="simsched._locality is not built")
+
+
+@contextmanager
+def python_only():
+    """Within it, data states run the Python per-iteration path and readers (the reference)."""
+    kept, locality.compiled = locality.compiled, None
+    try:
+        yield
+    finally:
+        locality.compiled = kept
 
 
 def _haswell_data() -> dict:
@@ -87,12 +101,17 @@ def machine(name: str) -> Machine:
 
 
 
-def replay(m: Machine, loops: list[Loop], plan, limit: int, threads: int | None = None):
+def replay(m: Machine, loops: list[Loop], plan, limit: int, threads: int | None = None, compiled: bool = False):
     """Run ``plan`` ((loop, lo, hi, worker, start), ...) through a fresh DataState with chunks of up to
-    ``limit`` iterations on the per-iteration path; everything the state holds afterwards, and each chunk's
-    time."""
+    ``limit`` iterations on the per-iteration path (``compiled``: its compiled copy, where built); everything
+    the state holds afterwards, and each chunk's time."""
     threads = threads or m.cores
-    state = DataState(m, m.placement(threads), loops, np.random.default_rng(7))
+    if compiled:
+        state = DataState(m, m.placement(threads), loops, np.random.default_rng(7))
+        assert state.small is not None
+    else:
+        with python_only():
+            state = DataState(m, m.placement(threads), loops, np.random.default_rng(7))
     with scalar_iterations(limit):
         # Each chunk's work, under which its gathers run: a share of its compute, so some outlast it.
         times = [state.chunk(worker, loops[k].data, lo, hi, start,
@@ -150,6 +169,8 @@ def test_application_chunks_cost_the_same_on_both_paths(name, app):
     per_iteration = replay(m, loops, plan, PER_ITERATION)
     assert_same(numpy_path, per_iteration)
     assert sum(numpy_path["counters"].values()) > 0 and min(numpy_path["times"]) > 0
+    if COMPILED is not None:
+        assert_same(per_iteration, replay(m, loops, plan, PER_ITERATION, compiled=True))
 
 
 @settings(max_examples=40, deadline=None)
@@ -170,14 +191,18 @@ def test_random_chunks_cost_the_same_on_both_paths(name, pattern, placement, n, 
     threads = min(threads, m.cores)
     plan = random_plan(loops, threads, rng, chunks=40, largest=int(rng.integers(1, 40)))
     plan.insert(len(plan) // 2, (0, n // 2, n // 2, 0, plan[len(plan) // 2][4]))   # an empty chunk too
-    assert_same(replay(m, loops, plan, NUMPY, threads), replay(m, loops, plan, PER_ITERATION, threads))
+    per_iteration = replay(m, loops, plan, PER_ITERATION, threads)
+    assert_same(replay(m, loops, plan, NUMPY, threads), per_iteration)
+    if COMPILED is not None:
+        assert_same(per_iteration, replay(m, loops, plan, PER_ITERATION, threads, compiled=True))
 
 
 def test_small_chunks_take_the_per_iteration_path(monkeypatch):
     """The limit routes chunks: up to SCALAR_ITERATIONS iterations per iteration, larger ones with NumPy."""
     m = machine("haswell")
     loops = draw_loops(get_workload("spmv:matrix=uniform,iters=1"), np.random.default_rng(0))
-    state = DataState(m, m.placement(28), loops, None)
+    with python_only():
+        state = DataState(m, m.placement(28), loops, None)
     taken = []
     few = DataState._few
     monkeypatch.setattr(DataState, "_few",
@@ -188,6 +213,29 @@ def test_small_chunks_take_the_per_iteration_path(monkeypatch):
     assert taken == [1, limit]
 
 
+@needs_compiled
+def test_small_chunks_take_the_compiled_path_where_it_is_built():
+    m = machine("haswell")
+    loops = draw_loops(get_workload("spmv:matrix=uniform,iters=1"), np.random.default_rng(0))
+    state = DataState(m, m.placement(28), loops, None)
+    taken = []
+
+    class Recording:
+        def __init__(self, small):
+            self.small = small
+
+        def run(self, worker, fp, lo, hi, *rest):
+            taken.append(hi - lo)
+            return self.small.run(worker, fp, lo, hi, *rest)
+
+    state.small = Recording(state.small)
+    limit = locality.SCALAR_ITERATIONS
+    for lo, hi in ((0, 1), (1, 1 + limit), (1 + limit, 2 + 2 * limit)):
+        state.chunk(0, loops[0].data, lo, hi, 0.0)
+    assert taken == [1, limit]
+    assert isinstance(state.readers["dram"][0], COMPILED.Readers)
+
+
 @settings(max_examples=100, deadline=None)
 @given(values=st.lists(st.floats(0, 1e12, allow_nan=False) | st.integers(0, 10**6).map(float), max_size=300))
 def test_plain_sums_add_as_numpy_adds(values):
@@ -195,10 +243,13 @@ def test_plain_sums_add_as_numpy_adds(values):
     assert _sum(list(values)) == float(np.sum(np.array(values, dtype=float)))
 
 
-def _forgetting(steps) -> None:
+READERS = [Readers] + ([] if COMPILED is None else [COMPILED.Readers])
+
+
+def _forgetting(steps, kind) -> None:
     """Add spans ((start, length)) and forget at times (a float: how far the clock moves), as ``steps`` say;
     the readers must hold exactly the spans that have not ended, in the order they came."""
-    readers, kept, now = Readers(), [], 0.0
+    readers, kept, now = kind(), [], 0.0
     for step in steps:
         if isinstance(step, tuple):
             start, length = step
@@ -209,17 +260,22 @@ def _forgetting(steps) -> None:
             readers.forget(now)
             kept = [span for span in kept if span[1] > now]
         assert readers.spans == kept
+        assert readers.count(now) == sum(1 for span in kept if span[0] <= now < span[1])
+        assert readers.load(now) == (sum(1.0 for span in kept if span[0] <= now < span[1]),
+                                     sum(2.0 for span in kept if span[0] <= now < span[1]))
 
 
-def test_readers_forget_exactly_those_that_ended():
+@pytest.mark.parametrize("kind", READERS)
+def test_readers_forget_exactly_those_that_ended(kind):
     # Two left after a forget, the sooner one ending before the next forget: only it goes.
-    _forgetting([(0.0, 5.0), (0.0, 10.0), (0.0, 7.0), 6.0, 2.0, (1.0, 0.5), 1.4, 10.0])
+    _forgetting([(0.0, 5.0), (0.0, 10.0), (0.0, 7.0), 6.0, 2.0, (1.0, 0.5), 1.4, 10.0], kind)
 
 
 @settings(max_examples=100, deadline=None)
-@given(steps=st.lists(st.tuples(st.floats(0, 50), st.floats(0, 50)) | st.floats(0, 30), max_size=30))
-def test_readers_forget_exactly_those_that_ended_whatever_the_order(steps):
-    _forgetting(steps)
+@given(steps=st.lists(st.tuples(st.floats(0, 50), st.floats(0, 50)) | st.floats(0, 30), max_size=30),
+       kind=st.sampled_from(READERS))
+def test_readers_forget_exactly_those_that_ended_whatever_the_order(steps, kind):
+    _forgetting(steps, kind)
 
 
 def _run_json(capsys, *args: str) -> dict:
@@ -242,5 +298,7 @@ def test_a_whole_run_is_the_same_whichever_path_its_chunks_take(capsys, args):
     shipped = _run_json(capsys, *args)
     with scalar_iterations(NUMPY):
         numpy_only = _run_json(capsys, *args)
-    assert shipped == numpy_only
+    with python_only():
+        python_only_run = _run_json(capsys, *args)
+    assert shipped == numpy_only == python_only_run
     assert shipped["counters"]["local_dram"] + shipped["counters"]["remote_dram"] > 0

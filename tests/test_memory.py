@@ -202,12 +202,15 @@ INLINE_CASES = [
     ("cell-qs22", "ich", "exp-dec:n=3000", 16),
     ("haswell-e5-2695v3", "ich:mu_every=3", "exp-dec:n=3000", 28),   # reads of the counters every third chunk
     ("uniform", "ich", "exp-dec:n=3000", 16),   # no caches described: the counters are read one after another
+    # Chunks with data, timed by the compiled data path and the claim or steal loop's call of chunk_time.
+    ("haswell-e5-2695v3", "ich:eps=0.5", "spmv:matrix=powerlaw,iters=2", 28),
+    ("haswell-e5-2695v3", "omp-dynamic:chunk=1,runtime=gnu", "bfs:graph=uniform,n=800,degree=8,source=0", 28),
 ]
 
 
 @pytest.mark.parametrize("machine, scheduler, workload, threads", INLINE_CASES)
 def test_hot_loops_issue_their_line_operations_as_memory_does(monkeypatch, machine, scheduler, workload, threads):
-    from simsched import memory
+    from simsched import locality, memory
     from simsched.engine import simulate
 
     def run():
@@ -217,6 +220,9 @@ def test_hot_loops_issue_their_line_operations_as_memory_does(monkeypatch, machi
                 r.segments.values.tolist())
 
     inline = run()
+    if locality.compiled is not None:   # the data model's compiled path, then its Python one
+        monkeypatch.setattr(locality, "compiled", None)
+        assert run() == inline
     if memory.speedups is not None:     # the compiled loops, then the same loops in Python
         monkeypatch.setattr(memory, "speedups", None)
         assert run() == inline
@@ -227,8 +233,11 @@ def test_hot_loops_issue_their_line_operations_as_memory_does(monkeypatch, machi
 def test_the_compiled_loops_are_built():
     # Where a C compiler is at hand (CI, a development install) the optional extension must build:
     # otherwise the comparison above would quietly test the Python loops against themselves.
-    from simsched import memory
-    if memory.speedups is None and (os.environ.get("SIMSCHED_REQUIRE_SPEEDUPS") or os.environ.get("CI")):
+    from simsched import locality, memory
+    required = os.environ.get("SIMSCHED_REQUIRE_SPEEDUPS") or os.environ.get("CI")
+    if locality.compiled is None and required:
+        pytest.fail("simsched._locality did not build")
+    if memory.speedups is None and required:
         pytest.fail("simsched._speedups did not build")
     if memory.speedups is None:
         pytest.skip("simsched._speedups is not built here")

@@ -187,17 +187,19 @@ def claim_by_index(sim: Simulation, w: int, index: int, line: Line,
 def index_claims(sim, w, index, line, ranges):
     """The steps of ``claim_by_index``: a claim's completion is folded into its chunk's wait, one per chunk.
 
-    Where the claim is issued inline on a plain loop, the compiled copy of these steps takes
-    them when it is built (``simsched._speedups``); otherwise ``index_claim_steps`` does.
+    Where the claim is issued inline, the compiled copy of these steps takes them when it is built
+    (``simsched._speedups``; a chunk with data or noise is timed by ``Simulation.chunk_time``, as
+    here); otherwise ``index_claim_steps`` does.
     """
     mem, loop = sim.memory, sim.loops[index]
     inline, speedups = memory_module.INLINE and not mem.reservations, memory_module.speedups
-    if inline and speedups is not None and loop.data is None and sim.noise is None:
+    if inline and speedups is not None:
         sink = sim.inline_chunks(w, index)
         k, count = fixed_chunk(ranges), len(ranges)
         return speedups.claims(sim.env, w, index, line, [row[w] for row in mem.transfer], mem.atomic_ns, k,
                                count, ranges, loop.n, loop.prefix, sim.costs["chunk"], sink.pending, sink.slow,
-                               sink.flush, sink.full, sink.mark, mem._notify, partial(claimed, sim, w, inline))
+                               sink.flush, sink.full, sink.mark, mem._notify, partial(claimed, sim, w, inline),
+                               None if sink.plain else sim.chunk_time)
     return index_claim_steps(sim, w, index, line, ranges, inline)
 
 

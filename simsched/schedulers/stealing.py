@@ -100,13 +100,12 @@ class Stealing(FullBarriers):
     def steps(self, sim, w, index):
         """Worker ``w``'s chunks and steal attempts, as ``Simulation.drive`` runs them.
 
-        On a plain loop, with the take issued inline, the compiled copy of ``python_steps``
-        takes them when it is built (``simsched._speedups``); it calls the policy's hooks,
-        ``take`` and ``attempt`` as the Python loop does.
+        With the take issued inline, the compiled copy of ``python_steps`` takes them when it
+        is built (``simsched._speedups``); it calls the policy's hooks, ``take`` and ``attempt``,
+        and for a chunk with data or noise ``Simulation.chunk_time``, as the Python loop does.
         """
         speedups = memory_module.speedups
-        if not (memory_module.INLINE and speedups is not None and sim.loops[index].data is None
-                and sim.noise is None):
+        if not (memory_module.INLINE and speedups is not None):
             return self.python_steps(sim, w, index)
         mem, policy = sim.memory, type(self)
         sink = sim.inline_chunks(w, index)
@@ -118,7 +117,7 @@ class Stealing(FullBarriers):
                                partial(self.take, sim, w), partial(self.attempt, sim, w), sim.charged,
                                partial(self.finished, sim, w), sim.time["schedule"], sim.time["compute"],
                                sim.loops[index].prefix, sim.costs["chunk"], sink.pending, sink.slow, sink.flush,
-                               sink.full, sink.mark, self.adaptive(sim, w))
+                               sink.full, sink.mark, self.adaptive(sim, w), None if sink.plain else sim.chunk_time)
 
     def python_steps(self, sim, w, index):
         """``steps`` in Python."""

@@ -5,9 +5,9 @@
  * The Python code is the reference: this takes the same steps with the same floating-point operations in
  * the same order (sums in NumPy's pairwise order, as ``_sum``; no fused multiply-adds, see pyproject.toml),
  * so every chunk's time, counter, block and reader comes out the same bit for bit
- * (tests/test_locality_speed.py replays chunks on every path). It calls back into Python for what is rare
- * or needs the run's generator: a stride's misses in flight by block size, a chunk's gathers, the jitter,
- * and a measured loaded-latency curve. The module is optional: without a C compiler the Python path runs.
+ * (tests/test_locality_speed.py replays chunks on every path). It calls back into Python for what is rare,
+ * worked out once, or needs the run's generator: a stride's misses in flight by block size, where a
+ * footprint's blocks start, a gather's plan, the jitter, and a measured loaded-latency curve. The module is optional: without a C compiler the Python path runs.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -203,7 +203,7 @@ enum kind { SHARED, PRIVATE, ALONE };
 enum { MAX_LEVELS = 8, DRAM = -1, LINK = -2 };
 
 typedef struct {
-    double size, latency, bandwidth, shared_bandwidth;
+    double size, latency, bandwidth, shared_bandwidth, random_read; /* random_read 0: none measured */
     enum kind kind;
     double *far; /* latency by socket hops */
     Py_ssize_t hops;
@@ -214,19 +214,19 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    PyObject *state, *every_reader, *queue;
+    PyObject *every_reader, *queue; /* not the state itself: it holds this object (run takes it) */
     Level levels[MAX_LEVELS];
     int nlevels, shared, stride_misses, jitter, gathers_added, queueing, controller, curve;
     long line, sockets, workers;
     double outstanding;
     long *socket_of, *hops; /* by worker; sockets x sockets */
-    double dram_latency, dram_bandwidth, dram_shared_bandwidth, *remote, controller_gbs, link_gbs;
+    double dram_latency, dram_bandwidth, dram_shared_bandwidth, dram_random_read, *remote, controller_gbs, link_gbs;
     Py_ssize_t nremote;
     PyObject *dram_readers, *dram_shares, *link_readers; /* dram_shares NULL where DRAM bandwidth is not shared */
 } Chunks;
 
 static PyObject *str_through, *str_counters, *str_blocks, *str_data, *str_bytes, *str_pattern, *str_gather, *str_reads, *str_holder, *str_stamp, *str_home,
-    *str_offsets, *str_overlap, *str_gather_method, *str_jitter, *str_controller_wait, *str_local_dram,
+    *str_offsets, *str_overlap, *str_local_dram,
     *str_remote_dram, *str_dram;
 
 static int to_doubles(PyObject *seq, double **out, Py_ssize_t *n, const char *what) {
@@ -295,7 +295,6 @@ static void Chunks_dealloc(Chunks *self) {
     PyMem_Free(self->socket_of);
     PyMem_Free(self->hops);
     PyMem_Free(self->remote);
-    Py_XDECREF(self->state);
     Py_XDECREF(self->every_reader);
     Py_XDECREF(self->queue);
     Py_XDECREF(self->dram_readers);
@@ -316,8 +315,6 @@ static PyObject *Chunks_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         return NULL;
     Chunks *self = (Chunks *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
-    Py_INCREF(state);
-    self->state = state;
     PyObject *every = PyObject_GetAttrString(state, "every_reader");
     if (every == NULL) goto fail;
     int held = readers_list(every, &self->every_reader);
@@ -340,9 +337,9 @@ static PyObject *Chunks_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         PyObject *far, *instance, *shares, *here, *there, *far_name;
         int kind;
         self->nlevels = (int)i + 1;
-        if (!PyArg_ParseTuple(PyList_GET_ITEM(levels, i), "ddddiOUUOOO:level", &lv->size, &lv->latency,
-                              &lv->bandwidth, &lv->shared_bandwidth, &kind, &far, &here, &there, &far_name,
-                              &instance, &shares))
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(levels, i), "dddddiOUUOOO:level", &lv->size, &lv->latency,
+                              &lv->bandwidth, &lv->shared_bandwidth, &lv->random_read, &kind, &far, &here, &there,
+                              &far_name, &instance, &shares))
             goto fail;
         Py_INCREF(here);
         Py_INCREF(there);
@@ -365,8 +362,9 @@ static PyObject *Chunks_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         goto fail;
     }
     PyObject *remote, *dram_readers, *dram_shares;
-    if (!PyArg_ParseTuple(dram, "dOddOOp:dram", &self->dram_latency, &remote, &self->dram_bandwidth,
-                          &self->dram_shared_bandwidth, &dram_readers, &dram_shares, &self->gathers_added)
+    if (!PyArg_ParseTuple(dram, "dOdddOOp:dram", &self->dram_latency, &remote, &self->dram_bandwidth,
+                          &self->dram_shared_bandwidth, &self->dram_random_read, &dram_readers, &dram_shares,
+                          &self->gathers_added)
         || to_doubles(remote, &self->remote, &self->nremote, "DRAM's remote latencies") < 0
         || readers_list(dram_readers, &self->dram_readers) < 0 || readers_list(dram_shares, &self->dram_shares) < 0
         || readers_list(link, &self->link_readers) < 0)
@@ -410,6 +408,29 @@ static PyObject *Chunks_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         PyErr_SetString(PyExc_ValueError, "socket hops must be sockets x sockets");
         goto fail;
     }
+    for (Py_ssize_t k = 0; k < cells; k++) {
+        if (self->hops[k] < 0) {
+            PyErr_SetString(PyExc_ValueError, "socket hops must be >= 0");
+            goto fail;
+        }
+    }
+    for (long w = 0; w < self->workers; w++) {
+        if (self->socket_of[w] < 0 || self->socket_of[w] >= self->sockets) {
+            PyErr_SetString(PyExc_ValueError, "a worker's socket out of range");
+            goto fail;
+        }
+    }
+    /* Readers for every instance their indices reach. */
+    int short_list = PyList_GET_SIZE(self->dram_readers) < self->sockets
+                     || (self->dram_shares != NULL && PyList_GET_SIZE(self->dram_shares) < self->sockets)
+                     || (self->link_readers != NULL
+                         && PyList_GET_SIZE(self->link_readers) < self->sockets * self->sockets);
+    for (int i = 0; i < self->nlevels; i++)
+        short_list |= self->levels[i].shares != NULL && PyList_GET_SIZE(self->levels[i].shares) < self->sockets;
+    if (short_list) {
+        PyErr_SetString(PyExc_ValueError, "readers for every socket (and socket link) are needed");
+        goto fail;
+    }
     return (PyObject *)self;
 fail:
     Py_DECREF(self);
@@ -433,6 +454,10 @@ static int get_buffer(PyObject *obj, Py_buffer *view, char kind, int writable) {
 }
 
 static int list_double(PyObject *list, long i, double *out) {
+    if (!PyList_Check(list)) {
+        PyErr_SetString(PyExc_TypeError, "expected a list of floats");
+        return -1;
+    }
     if (i < 0 || i >= PyList_GET_SIZE(list)) {
         PyErr_SetString(PyExc_IndexError, "cache instance out of range");
         return -1;
@@ -442,6 +467,10 @@ static int list_double(PyObject *list, long i, double *out) {
 }
 
 static int list_set_double(PyObject *list, long i, double value) {
+    if (!PyList_Check(list)) {
+        PyErr_SetString(PyExc_TypeError, "expected a list of floats");
+        return -1;
+    }
     PyObject *v = PyFloat_FromDouble(value);
     return v == NULL ? -1 : PyList_SetItem(list, i, v);
 }
@@ -470,6 +499,14 @@ static double share(PyObject *group, double shared_bandwidth, double bandwidth, 
     if (group == NULL) return bandwidth;
     double parted = shared_bandwidth / (double)(readers_count(member(group, instance), start) + 1);
     return parted < bandwidth ? parted : bandwidth;
+}
+
+/* ``share`` through a chunk's table of the shares worked out so far (negative: not yet): its readers do not
+ * change while the chunk is worked out. */
+static double known_share(double *known, PyObject *group, double shared_bandwidth, double bandwidth, long instance,
+                          double start) {
+    if (known[instance] < 0) known[instance] = share(group, shared_bandwidth, bandwidth, instance, start);
+    return known[instance];
 }
 
 /* What a chunk reads until it ends: (resource, instance), in the order _note adds them. */
@@ -512,10 +549,14 @@ static int note(Readings *r, int resource, long *used, Py_ssize_t n) {
     return 0;
 }
 
+/* The C library's pow, called as Python's ``x ** 2`` calls it: a compiler would make pow(x, 2.0) x * x, which
+ * the library's pow does not always round alike. */
+static double (*volatile library_pow)(double, double) = pow;
+
 /* simsched.loaded.closed_latency and queue_wait. */
 static double closed_latency(double in_flight, double latency, double service) {
     double load = in_flight * service;
-    double root = sqrt(pow(load - latency, 2.0) + 2.0 * service * latency - pow(service, 2.0));
+    double root = sqrt(library_pow(load - latency, 2.0) + 2.0 * service * latency - library_pow(service, 2.0));
     return (load + latency - service + root) / 2.0;
 }
 
@@ -571,23 +612,88 @@ static int waits(Chunks *self, double start, long socket, const double *lines, c
 
 static PyObject *attr(PyObject *obj, PyObject *name) { return PyObject_GetAttr(obj, name); }
 
-/* The reading a chunk's gathers noted (a Python list of (resource, instances)), added to ``into``. */
-static int take_notes(PyObject *noted, Readings *into) {
-    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(noted); k++) {
-        PyObject *resource, *instances;
-        if (!PyArg_ParseTuple(PyList_GET_ITEM(noted, k), "OO!", &resource, &PyList_Type, &instances)) return -1;
-        int code;
-        if (PyUnicode_Check(resource) && PyUnicode_Compare(resource, str_dram) == 0) code = DRAM;
-        else {
-            code = (int)PyLong_AsLong(resource);
-            if (code == -1 && PyErr_Occurred()) return -1;
-        }
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(instances); i++) {
-            long instance = PyLong_AsLong(PyList_GET_ITEM(instances, i));
-            if ((instance == -1 && PyErr_Occurred()) || note_one(into, code, instance) < 0) return -1;
-        }
+/* DataState._gather: the time of one read of the footprint's shared array by ``worker``, its chunk reading
+ * ``count``; the plan (what each level and node serves) comes from DataState._gather_plan. */
+static int gather_ns(Chunks *self, PyObject *state, PyObject *through_all, PyObject *counters, PyObject *fp,
+                     long worker, double count, double start, Readings *reading, double *out) {
+    const long socket = self->socket_of[worker], S = self->sockets;
+    const double line = (double)self->line;
+    double per_read = 0.0, *costs = NULL;
+    int rc = -1;
+    PyObject *plan = PyObject_CallMethod(state, "_gather_plan", "Ol", fp, socket);
+    if (plan == NULL) return -1;
+    PyObject *levels = PyDict_GetItemString(plan, "levels"), *dram = PyDict_GetItemString(plan, "dram");
+    PyObject *shares = PyDict_GetItemString(plan, "share"), *latencies = PyDict_GetItemString(plan, "latency");
+    PyObject *nodes = PyDict_GetItemString(plan, "nodes");
+    if (levels == NULL || dram == NULL || shares == NULL || latencies == NULL || nodes == NULL
+        || !PyList_Check(levels) || !PyList_Check(shares) || !PyList_Check(latencies) || !PyList_Check(nodes)
+        || PyList_GET_SIZE(shares) != S || PyList_GET_SIZE(latencies) != S) {
+        PyErr_SetString(PyExc_TypeError, "a gather plan as DataState._gather_plan makes it");
+        goto done;
     }
-    return 0;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(levels); k++) {
+        int i;
+        double part, missed, nbytes, moved;
+        PyObject *level, *name;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(levels, k), "iOdddO", &i, &level, &part, &missed, &nbytes, &name))
+            goto done;
+        if (i < 0 || i >= self->nlevels) {
+            PyErr_SetString(PyExc_IndexError, "a gather plan's level");
+            goto done;
+        }
+        Level *lv = &self->levels[i];
+        PyObject *through = PyList_GET_ITEM(through_all, i);
+        if (list_double(through, lv->instance[worker], &moved) < 0
+            || list_set_double(through, lv->instance[worker], moved + missed * count * line) < 0)
+            goto done;
+        if (part <= 0) continue;
+        double bandwidth = lv->bandwidth;
+        if (lv->kind == SHARED) {
+            bandwidth = share(lv->shares, lv->shared_bandwidth, lv->bandwidth, socket, start);
+            if (lv->shares != NULL && note_one(reading, i, socket) < 0) goto done;
+        }
+        double latency = lv->random_read ? lv->random_read : lv->latency / self->outstanding;
+        double transfer = nbytes / bandwidth;
+        per_read += part * (transfer > latency ? transfer : latency);
+        if (add_counter(counters, name, part * count) < 0) goto done;
+    }
+    double missed = PyFloat_AsDouble(dram);
+    if (missed == -1.0 && PyErr_Occurred()) goto done;
+    if (missed > 0) {
+        if (self->dram_shares != NULL) {
+            for (Py_ssize_t k = 0; k < PyList_GET_SIZE(nodes); k++) {
+                long node = PyLong_AsLong(PyList_GET_ITEM(nodes, k));
+                if ((node == -1 && PyErr_Occurred()) || note_one(reading, DRAM, node) < 0) goto done;
+            }
+        }
+        /* A measured read costs as much more from another node as that node's latency is more. */
+        double scale = self->dram_random_read ? self->dram_random_read / self->dram_latency : 1.0 / self->outstanding;
+        costs = PyMem_Malloc(sizeof(double) * (S + 1));
+        if (costs == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        double mine = 0.0;
+        for (long node = 0; node < S; node++) {
+            double part, latency;
+            if (list_double(shares, node, &part) < 0 || list_double(latencies, node, &latency) < 0) goto done;
+            if (node == socket) mine = part;
+            double waiting = latency * scale;
+            double transfer = line / share(self->dram_shares, self->dram_shared_bandwidth, self->dram_bandwidth,
+                                           node, start);
+            costs[node] = part * (transfer > waiting ? transfer : waiting);
+        }
+        per_read += missed * pairwise(costs, S);
+        if (add_counter(counters, str_local_dram, missed * count * mine) < 0
+            || add_counter(counters, str_remote_dram, missed * count * (1.0 - mine)) < 0)
+            goto done;
+    }
+    *out = per_read;
+    rc = 0;
+done:
+    PyMem_Free(costs);
+    Py_DECREF(plan);
+    return rc;
 }
 
 typedef struct {
@@ -603,14 +709,15 @@ static PyObject *group_of(Chunks *self, int resource) {
     return self->levels[resource].shares;
 }
 
-/* run(worker, fp, lo, hi, start, now, work): DataState.chunk for iterations [lo, hi). */
+/* run(state, worker, fp, lo, hi, start, now, work): DataState.chunk for iterations [lo, hi) (``state``: the
+ * DataState this was made for). */
 static PyObject *Chunks_run(Chunks *self, PyObject *args) {
     long worker;
     Py_ssize_t lo, hi;
-    PyObject *fp;
+    PyObject *state, *fp;
     double start, now, work;
-    if (!PyArg_ParseTuple(args, "lOnnddd:run", &worker, &fp, &lo, &hi, &start, &now, &work)) return NULL;
-    if (worker < 0 || worker >= self->workers || hi < lo) {
+    if (!PyArg_ParseTuple(args, "OlOnnddd:run", &state, &worker, &fp, &lo, &hi, &start, &now, &work)) return NULL;
+    if (worker < 0 || worker >= self->workers || lo < 0 || hi < lo) {
         PyErr_SetString(PyExc_ValueError, "no such worker, or a chunk that ends before it starts");
         return NULL;
     }
@@ -628,9 +735,9 @@ static PyObject *Chunks_run(Chunks *self, PyObject *args) {
     const int L = self->nlevels;
     const long S = self->sockets;
 
-    through_all = attr(self->state, str_through);
-    counters = attr(self->state, str_counters);
-    blocks_all = attr(self->state, str_blocks);
+    through_all = attr(state, str_through);
+    counters = attr(state, str_counters);
+    blocks_all = attr(state, str_blocks);
     if (through_all == NULL || counters == NULL || blocks_all == NULL) goto done;
     if (!PyList_Check(through_all) || PyList_GET_SIZE(through_all) != L || !PyDict_Check(counters)
         || !PyDict_Check(blocks_all)) {
@@ -648,7 +755,7 @@ static PyObject *Chunks_run(Chunks *self, PyObject *args) {
     if ((bytes = attr(fp, str_bytes)) == NULL || (pattern_name = attr(fp, str_pattern)) == NULL
         || (gather = attr(fp, str_gather)) == NULL || (holder_obj = attr(blocks, str_holder)) == NULL
         || (stamp_obj = attr(blocks, str_stamp)) == NULL || (home_obj = attr(blocks, str_home)) == NULL
-        || (offsets_obj = PyObject_CallMethodOneArg(self->state, str_offsets, fp)) == NULL)
+        || (offsets_obj = PyObject_CallMethodOneArg(state, str_offsets, fp)) == NULL)
         goto done;
     if (get_buffer(holder_obj, &holder_v, 'i', 1) < 0 || get_buffer(stamp_obj, &stamp_v, 'd', 1) < 0
         || get_buffer(home_obj, &home_v, 'i', 1) < 0 || get_buffer(bytes, &bytes_v, 'i', 0) < 0
@@ -676,7 +783,7 @@ static PyObject *Chunks_run(Chunks *self, PyObject *args) {
     /* Per iteration: sizes, lines, overlap, before, DRAM latency, lines from DRAM, time, bandwidth; per level
      * the three served lists; per node two sums each. */
     const Py_ssize_t rows = n ? n : 1;
-    scratch = PyMem_Malloc(sizeof(double) * (rows * (10 + 3 * L) + 3 * S + 1));
+    scratch = PyMem_Malloc(sizeof(double) * (rows * (10 + 3 * L) + (4 + L) * S + 1));
     lscratch = PyMem_Malloc(sizeof(long) * (rows * (2 + L) + 1));
     demand = PyMem_Malloc(sizeof(Demand) * (2 * S + 1));
     if (scratch == NULL || lscratch == NULL || demand == NULL) {
@@ -687,7 +794,8 @@ static PyObject *Chunks_run(Chunks *self, PyObject *args) {
            *latency = before_of + rows, *from_dram = latency + rows, *time = from_dram + rows,
            *bandwidth = time + rows, *local_dram = bandwidth + rows, *remote_dram = local_dram + rows,
            *served = remote_dram + rows, *by_node = served + 3 * L * rows,
-           *own = by_node + S, *wait = own + S;
+           *own = by_node + S, *wait = own + S, *known = wait + S; /* known: the shares, by level (DRAM last) */
+    for (long k = 0; k < (L + 1) * S; k++) known[k] = -1.0;
     long *home = lscratch, *used = home + rows;
     Py_ssize_t served_n[MAX_LEVELS][3] = {{0}}, used_n[MAX_LEVELS] = {0};
 #define SERVED(i, k) (served + ((i) * 3 + (k)) * rows)
@@ -727,7 +835,7 @@ static PyObject *Chunks_run(Chunks *self, PyObject *args) {
         double overlap = self->outstanding;
         if (self->stride_misses) {
             PyObject *bytes_of = PyFloat_FromDouble(size);
-            PyObject *r = bytes_of == NULL ? NULL : PyObject_CallMethodOneArg(self->state, str_overlap, bytes_of);
+            PyObject *r = bytes_of == NULL ? NULL : PyObject_CallMethodOneArg(state, str_overlap, bytes_of);
             Py_XDECREF(bytes_of);
             if (r == NULL) goto done;
             overlap = PyFloat_AsDouble(r);
@@ -764,7 +872,8 @@ static PyObject *Chunks_run(Chunks *self, PyObject *args) {
                 if (part == 0.0) continue;
                 if (!local && hops >= lv->hops) goto too_far;
                 level_latency = local ? lv->latency : lv->far[hops];
-                level_bandwidth = share(lv->shares, lv->shared_bandwidth, lv->bandwidth, holder_socket, start);
+                level_bandwidth = known_share(known + i * S, lv->shares, lv->shared_bandwidth, lv->bandwidth,
+                                              holder_socket, start);
                 if (part > 0) used[i * rows + used_n[i]++] = holder_socket;
             } else if (lv->kind == PRIVATE) {
                 if (local) SERVED(i, 0)[served_n[i][0]++] = part;
@@ -777,8 +886,8 @@ static PyObject *Chunks_run(Chunks *self, PyObject *args) {
                     Level *source = &self->levels[self->shared];
                     if (!same_socket && hops >= source->hops) goto too_far;
                     level_latency = same_socket ? source->latency : source->far[hops];
-                    level_bandwidth = share(source->shares, source->shared_bandwidth, source->bandwidth,
-                                            holder_socket, start);
+                    level_bandwidth = known_share(known + self->shared * S, source->shares,
+                                                  source->shared_bandwidth, source->bandwidth, holder_socket, start);
                     if (part > 0) used[i * rows + used_n[i]++] = holder_socket;
                 }
             } else {
@@ -814,7 +923,8 @@ static PyObject *Chunks_run(Chunks *self, PyObject *args) {
     }
     Py_ssize_t from_dram_n = 0;
     for (Py_ssize_t j = 0; j < n; j++) {
-        bandwidth[j] = share(self->dram_shares, self->dram_shared_bandwidth, self->dram_bandwidth, home[j], start);
+        bandwidth[j] = known_share(known + L * S, self->dram_shares, self->dram_shared_bandwidth,
+                                   self->dram_bandwidth, home[j], start);
         if (from_dram[j] > 0) used[L * rows + from_dram_n++] = home[j];
     }
     if (self->dram_shares != NULL && note(&reading, DRAM, used + L * rows, from_dram_n) < 0) goto done;
@@ -863,15 +973,8 @@ static PyObject *Chunks_run(Chunks *self, PyObject *args) {
         for (Py_ssize_t j = 0; j < n; j++) total_reads += reads[j];
         const double count = (double)total_reads;
         if (count != 0.0) {
-            PyObject *noted = PyList_New(0);
-            if (noted == NULL) goto done;
-            PyObject *r = PyObject_CallMethod(self->state, "_gather", "lOddOO", worker, fp, count, start, noted,
-                                              Py_None);
-            double per_read = r == NULL ? -1.0 : PyFloat_AsDouble(r);
-            Py_XDECREF(r);
-            int failed = r == NULL || (per_read == -1.0 && PyErr_Occurred()) || take_notes(noted, &reading) < 0;
-            Py_DECREF(noted);
-            if (failed) goto done;
+            double per_read;
+            if (gather_ns(self, state, through_all, counters, fp, worker, count, start, &reading, &per_read) < 0) goto done;
             if (self->gathers_added) {
                 for (Py_ssize_t j = 0; j < n; j++) time[j] += (double)reads[j] * per_read;
             } else {
@@ -886,7 +989,7 @@ static PyObject *Chunks_run(Chunks *self, PyObject *args) {
         total = total + (0.0 > outlasting ? 0.0 : outlasting);
     }
     if (self->jitter) {
-        PyObject *r = PyObject_CallMethod(self->state, "_jitter", "d", total);
+        PyObject *r = PyObject_CallMethod(state, "_jitter", "d", total);
         if (r == NULL) goto done;
         total = PyFloat_AsDouble(r);
         Py_DECREF(r);
@@ -983,7 +1086,7 @@ done:
 
 static PyMethodDef Chunks_methods[] = {
     {"run", (PyCFunction)Chunks_run, METH_VARARGS,
-     PyDoc_STR("run(worker, footprint, lo, hi, start, now, work): the memory time of a chunk of a few "
+     PyDoc_STR("run(state, worker, footprint, lo, hi, start, now, work): the memory time of a chunk of a few "
                "iterations, moving their data (DataState.chunk).")},
     {NULL, NULL, 0, NULL},
 };
@@ -998,9 +1101,22 @@ static PyTypeObject ChunksType = {
     .tp_methods = Chunks_methods,
 };
 
+static PyObject *closed_latency_py(PyObject *module, PyObject *args) {
+    double in_flight, latency, service;
+    if (!PyArg_ParseTuple(args, "ddd:closed_latency", &in_flight, &latency, &service)) return NULL;
+    return PyFloat_FromDouble(closed_latency(in_flight, latency, service));
+}
+
+static PyMethodDef module_methods[] = {
+    {"closed_latency", closed_latency_py, METH_VARARGS,
+     PyDoc_STR("closed_latency(in_flight, latency_ns, service_ns): simsched.loaded.closed_latency as run here.")},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "simsched._locality",
-    "The locality model's per-iteration path in C (optional; simsched.small_chunks is the reference).", -1, NULL,
+    "The locality model's per-iteration path in C (optional; simsched.small_chunks is the reference).", -1,
+    module_methods,
 };
 
 PyMODINIT_FUNC PyInit__locality(void) {
@@ -1012,8 +1128,7 @@ PyMODINIT_FUNC PyInit__locality(void) {
                  {&str_data, "data"},         {&str_bytes, "bytes"},         {&str_pattern, "pattern"},
                  {&str_gather, "gather"},     {&str_reads, "reads"},         {&str_holder, "holder"},
                  {&str_stamp, "stamp"},       {&str_home, "home"},           {&str_offsets, "_offsets"},
-                 {&str_overlap, "_overlap"},  {&str_gather_method, "_gather"}, {&str_jitter, "_jitter"},
-                 {&str_controller_wait, "controller_wait"}, {&str_local_dram, "local_dram"},
+                 {&str_overlap, "_overlap"},  {&str_local_dram, "local_dram"},
                  {&str_remote_dram, "remote_dram"}, {&str_dram, "dram"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (*names[i].slot == NULL && (*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL)

@@ -84,17 +84,23 @@ try:
     from . import _locality as compiled
 except ImportError:
     compiled = None
+# Compiled, the per-iteration path costs about 0.2 us an iteration over some 7 us a chunk, under NumPy's
+# 300-900 us a chunk at every size up to 2048 iterations (benchmarks/bench_locality.py); it holds about 200
+# bytes an iteration while it works, so chunks beyond this many iterations still take NumPy's path.
+COMPILED_ITERATIONS = 1 << 16
 
 
 @contextmanager
 def scalar_iterations(limit: int):
-    """Within it, chunks of up to ``limit`` iterations take the per-iteration path (0: every chunk NumPy's)."""
-    global SCALAR_ITERATIONS
-    kept, SCALAR_ITERATIONS = SCALAR_ITERATIONS, limit
+    """Within it, chunks of up to ``limit`` iterations take the per-iteration path, compiled or not (0: every
+    chunk NumPy's)."""
+    global SCALAR_ITERATIONS, COMPILED_ITERATIONS
+    kept = SCALAR_ITERATIONS, COMPILED_ITERATIONS
+    SCALAR_ITERATIONS = COMPILED_ITERATIONS = limit
     try:
         yield
     finally:
-        SCALAR_ITERATIONS = kept
+        SCALAR_ITERATIONS, COMPILED_ITERATIONS = kept
 
 
 def counter_names(hierarchy) -> tuple[str, ...]:
@@ -256,12 +262,13 @@ class DataState(SmallChunks, Contention):
 
         ``now`` is the simulation clock (default: ``start``), before which no chunk starts. ``work``
         is the chunk's compute time, under which its gathers run where they overlap (``with_gathers``).
-        Chunks of up to ``SCALAR_ITERATIONS`` iterations take the per-iteration path (``_few``),
-        the others NumPy's: the same arithmetic in the same order, so the same time to the bit.
+        Chunks of up to ``SCALAR_ITERATIONS`` iterations take the per-iteration path (``_few``; compiled,
+        up to ``COMPILED_ITERATIONS``), the others NumPy's: the same arithmetic in the same order, so the
+        same time to the bit.
         """
         now = start if now is None else now
-        if hi - lo <= SCALAR_ITERATIONS and self.small is not None:
-            return self.small.run(worker, fp, lo, hi, start, now, work)
+        if hi - lo <= COMPILED_ITERATIONS and self.small is not None:
+            return self.small.run(self, worker, fp, lo, hi, start, now, work)
         for readers in self.every_reader:
             readers.forget(now)
         if hi - lo <= SCALAR_ITERATIONS:
@@ -369,10 +376,11 @@ class DataState(SmallChunks, Contention):
 
         kinds = ("shared", "private", "alone")
         levels = [(level.size_bytes, level.latency_ns, level.bandwidth_gbs, level.shared_bandwidth_gbs or 0.0,
-                   kinds.index(kind), self.far[i], *self.tallies[i], self.instance_list[i], sharing(i, level))
+                   level.random_read_ns or 0.0, kinds.index(kind), self.far[i], *self.tallies[i],
+                   self.instance_list[i], sharing(i, level))
                   for i, (level, kind) in enumerate(zip(h.levels, self.kinds))]
         memory = (dram.latency_ns, dram.remote_latency_ns or (), dram.bandwidth_gbs, dram.shared_bandwidth_gbs or 0.0,
-                  self.readers["dram"], sharing("dram", dram), dram.gathers == "added")
+                  dram.random_read_ns or 0.0, self.readers["dram"], sharing("dram", dram), dram.gathers == "added")
         queueing = None if queue is None else (queue, queue.controller, bool(queue.curve), queue.controller_gbs or 0.0,
                                                 queue.link_gbs or 0.0)
         return compiled.Chunks(self, levels, -1 if self.shared is None else self.shared, memory, queueing,

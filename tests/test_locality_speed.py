@@ -214,7 +214,9 @@ def test_small_chunks_take_the_per_iteration_path(monkeypatch):
 
 
 @needs_compiled
-def test_small_chunks_take_the_compiled_path_where_it_is_built():
+def test_small_chunks_take_the_compiled_path_where_it_is_built(monkeypatch):
+    """Compiled, chunks of up to COMPILED_ITERATIONS iterations take the per-iteration path."""
+    monkeypatch.setattr(locality, "COMPILED_ITERATIONS", 8)
     m = machine("haswell")
     loops = draw_loops(get_workload("spmv:matrix=uniform,iters=1"), np.random.default_rng(0))
     state = DataState(m, m.placement(28), loops, None)
@@ -224,16 +226,37 @@ def test_small_chunks_take_the_compiled_path_where_it_is_built():
         def __init__(self, small):
             self.small = small
 
-        def run(self, worker, fp, lo, hi, *rest):
+        def run(self, state, worker, fp, lo, hi, *rest):
             taken.append(hi - lo)
-            return self.small.run(worker, fp, lo, hi, *rest)
+            return self.small.run(state, worker, fp, lo, hi, *rest)
 
     state.small = Recording(state.small)
-    limit = locality.SCALAR_ITERATIONS
-    for lo, hi in ((0, 1), (1, 1 + limit), (1 + limit, 2 + 2 * limit)):
+    for lo, hi in ((0, 1), (1, 9), (9, 18)):
         state.chunk(0, loops[0].data, lo, hi, 0.0)
-    assert taken == [1, limit]
+    assert taken == [1, 8]
     assert isinstance(state.readers["dram"][0], COMPILED.Readers)
+
+
+@needs_compiled
+@pytest.mark.parametrize("name", ["haswell", "xeon-e5-4620 (4 sockets, jitter)", "haswell with gathers added"])
+def test_large_chunks_cost_the_same_compiled_as_with_numpy(name):
+    # Chunks of thousands of iterations (sums of many blocks of NumPy's pairwise order) over blocks of 0 to 3 KB
+    # with a gather, twice over the same data.
+    m = machine(name)
+    rng = np.random.default_rng(3)
+    n = 40_000
+    reads = Gather(rng.integers(0, 20, size=n), 5_000_000, 8, "x")
+    fp = Footprint(rng.integers(0, 3000, size=n) // 8 * 8, "stride", "first-touch", "a", gather=reads)
+    loops = [Loop(np.zeros(n), data=fp), Loop(np.zeros(n), data=fp)]
+    plan, start = [], 0.0
+    for k in range(2):
+        lo = 0
+        while lo < n:
+            hi = min(lo + int(rng.integers(1_000, 20_000)), n)
+            plan.append((k, lo, hi, int(rng.integers(m.cores)), start))
+            start += 5e4
+            lo = hi
+    assert_same(replay(m, loops, plan, NUMPY), replay(m, loops, plan, PER_ITERATION, compiled=True))
 
 
 @settings(max_examples=100, deadline=None)
@@ -241,6 +264,37 @@ def test_small_chunks_take_the_compiled_path_where_it_is_built():
 def test_plain_sums_add_as_numpy_adds(values):
     """``_sum`` of a list is NumPy's sum of the array of it, to the bit (its pairwise order, not Python's)."""
     assert _sum(list(values)) == float(np.sum(np.array(values, dtype=float)))
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)
+@given(in_flight=st.floats(0, 200), latency=st.floats(1, 500), fraction=st.floats(0.001, 1))
+def test_the_compiled_queue_latency_rounds_as_pythons(in_flight, latency, fraction):
+    from simsched.loaded import closed_latency
+    service = fraction * latency   # a line is never served slower than it comes back (queue_wait)
+    assert COMPILED.closed_latency(in_flight, latency, service) == closed_latency(in_flight, latency, service)
+
+
+@needs_compiled
+def test_the_compiled_queue_latency_squares_with_the_library_pow():
+    # Here the library's pow and x * x square differently, and the latency differs in its last bit.
+    from simsched.loaded import closed_latency
+    case = (63.56817394911564, 293.54704201415905, 9.938861797635592)
+    assert COMPILED.closed_latency(*case) == closed_latency(*case)
+
+
+@needs_compiled
+def test_a_data_state_with_the_compiled_path_is_freed_with_its_run():
+    import gc
+    import weakref
+    m = machine("haswell")
+    loops = draw_loops(get_workload("spmv:matrix=uniform,iters=1"), np.random.default_rng(0))
+    state = DataState(m, m.placement(28), loops, None)
+    state.chunk(0, loops[0].data, 0, 4, 0.0)
+    gone = weakref.ref(state)
+    del state
+    gc.collect()
+    assert gone() is None
 
 
 READERS = [Readers] + ([] if COMPILED is None else [COMPILED.Readers])

@@ -225,42 +225,41 @@ typedef struct {
     PyObject *dram_readers, *dram_shares, *link_readers; /* dram_shares NULL where DRAM bandwidth is not shared */
 } Chunks;
 
-static PyObject *str_through, *str_counters, *str_blocks, *str_data, *str_bytes, *str_pattern, *str_gather, *str_reads, *str_holder, *str_stamp, *str_home,
-    *str_offsets, *str_overlap, *str_local_dram,
-    *str_remote_dram, *str_dram;
+static PyObject *str_through, *str_counters, *str_blocks, *str_data, *str_bytes, *str_pattern, *str_gather,
+    *str_reads, *str_holder, *str_stamp, *str_home, *str_offsets, *str_overlap, *str_local_dram, *str_remote_dram,
+    *str_dram;
 
-static int to_doubles(PyObject *seq, double **out, Py_ssize_t *n, const char *what) {
+/* A sequence's items as a C array (PyMem_Malloc'd; doubles, or longs), its length in *n; -1 with an error set. */
+static int to_array(PyObject *seq, void **out, Py_ssize_t *n, int doubles, const char *what) {
     PyObject *fast = PySequence_Fast(seq, what);
     if (fast == NULL) return -1;
     *n = PySequence_Fast_GET_SIZE(fast);
-    *out = PyMem_Malloc((*n ? *n : 1) * sizeof(double));
-    for (Py_ssize_t i = 0; *out != NULL && i < *n; i++) {
-        (*out)[i] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(fast, i));
-        if ((*out)[i] == -1.0 && PyErr_Occurred()) {
-            Py_DECREF(fast);
-            return -1;
+    *out = PyMem_Malloc((*n ? *n : 1) * (doubles ? sizeof(double) : sizeof(long)));
+    int rc = 0;
+    if (*out == NULL) {
+        PyErr_NoMemory();
+        rc = -1;
+    }
+    for (Py_ssize_t i = 0; rc == 0 && i < *n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(fast, i);
+        if (doubles) {
+            double value = ((double *)*out)[i] = PyFloat_AsDouble(item);
+            rc = value == -1.0 && PyErr_Occurred() ? -1 : 0;
+        } else {
+            long value = ((long *)*out)[i] = PyLong_AsLong(item);
+            rc = value == -1 && PyErr_Occurred() ? -1 : 0;
         }
     }
     Py_DECREF(fast);
-    if (*out == NULL) PyErr_NoMemory();
-    return *out == NULL ? -1 : 0;
+    return rc;
+}
+
+static int to_doubles(PyObject *seq, double **out, Py_ssize_t *n, const char *what) {
+    return to_array(seq, (void **)out, n, 1, what);
 }
 
 static int to_longs(PyObject *seq, long **out, Py_ssize_t *n, const char *what) {
-    PyObject *fast = PySequence_Fast(seq, what);
-    if (fast == NULL) return -1;
-    *n = PySequence_Fast_GET_SIZE(fast);
-    *out = PyMem_Malloc((*n ? *n : 1) * sizeof(long));
-    for (Py_ssize_t i = 0; *out != NULL && i < *n; i++) {
-        (*out)[i] = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
-        if ((*out)[i] == -1 && PyErr_Occurred()) {
-            Py_DECREF(fast);
-            return -1;
-        }
-    }
-    Py_DECREF(fast);
-    if (*out == NULL) PyErr_NoMemory();
-    return *out == NULL ? -1 : 0;
+    return to_array(seq, (void **)out, n, 0, what);
 }
 
 /* A list of Readers, or None (NULL); -1 with an error set for anything else. */
@@ -387,27 +386,26 @@ static PyObject *Chunks_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         }
     }
     Py_ssize_t cells;
-    PyObject *flat = PyList_New(0);
-    if (flat == NULL) goto fail;
-    PyObject *fast = PySequence_Fast(hops, "socket hops");
-    for (Py_ssize_t i = 0; fast != NULL && i < PySequence_Fast_GET_SIZE(fast); i++) {
-        PyObject *row = PySequence_Fast_GET_ITEM(fast, i);
-        PyObject *extended = PySequence_InPlaceConcat(flat, row);
-        if (extended == NULL) {
-            Py_CLEAR(fast);
-            break;
+    PyObject *rows = PySequence_Fast(hops, "socket hops");
+    if (rows == NULL) goto fail;
+    self->sockets = (long)PySequence_Fast_GET_SIZE(rows);
+    cells = (Py_ssize_t)self->sockets * self->sockets;
+    self->hops = PyMem_Malloc(sizeof(long) * (cells + 1));
+    int ok = self->hops != NULL;
+    if (!ok) PyErr_NoMemory();
+    for (long r = 0; ok && r < self->sockets; r++) {
+        long *row = NULL;
+        Py_ssize_t length;
+        ok = to_longs(PySequence_Fast_GET_ITEM(rows, r), &row, &length, "socket hops") == 0;
+        if (ok && length != self->sockets) {
+            PyErr_SetString(PyExc_ValueError, "socket hops must be sockets x sockets");
+            ok = 0;
         }
-        Py_DECREF(extended);
+        if (ok) memcpy(self->hops + r * self->sockets, row, sizeof(long) * self->sockets);
+        PyMem_Free(row);
     }
-    self->sockets = fast != NULL ? (long)PySequence_Fast_GET_SIZE(fast) : 0;
-    int ok = fast != NULL && to_longs(flat, &self->hops, &cells, "socket hops") == 0;
-    Py_XDECREF(fast);
-    Py_DECREF(flat);
+    Py_DECREF(rows);
     if (!ok) goto fail;
-    if (cells != self->sockets * self->sockets) {
-        PyErr_SetString(PyExc_ValueError, "socket hops must be sockets x sockets");
-        goto fail;
-    }
     for (Py_ssize_t k = 0; k < cells; k++) {
         if (self->hops[k] < 0) {
             PyErr_SetString(PyExc_ValueError, "socket hops must be >= 0");

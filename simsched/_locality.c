@@ -1134,8 +1134,11 @@ PyMODINIT_FUNC PyInit__locality(void) {
     }
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
+    /* What simsched.locality checks before it uses the module: an extension built from an older source
+     * would take other arguments. */
     if (PyModule_AddObjectRef(m, "Readers", (PyObject *)&ReadersType) < 0
-        || PyModule_AddObjectRef(m, "Chunks", (PyObject *)&ChunksType) < 0) {
+        || PyModule_AddObjectRef(m, "Chunks", (PyObject *)&ChunksType) < 0
+        || PyModule_AddIntConstant(m, "INTERFACE", 1) < 0) {
         Py_DECREF(m);
         return NULL;
     }

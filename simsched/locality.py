@@ -84,6 +84,13 @@ try:
     from . import _locality as compiled
 except ImportError:
     compiled = None
+else:
+    if getattr(compiled, "INTERFACE", None) != 1:   # built from an older source: it takes other arguments
+        import warnings
+
+        warnings.warn("simsched's compiled data model is out of date (rebuild it: pip install -e .); "
+                      "running the Python path", RuntimeWarning, stacklevel=1)
+        compiled = None
 # Compiled, the per-iteration path costs about 0.2 us an iteration over some 7 us a chunk, under NumPy's
 # 300-900 us a chunk at every size up to 2048 iterations (benchmarks/bench_locality.py); it holds about 200
 # bytes an iteration while it works, so chunks beyond this many iterations still take NumPy's path.

@@ -356,3 +356,22 @@ def test_a_whole_run_is_the_same_whichever_path_its_chunks_take(capsys, args):
         python_only_run = _run_json(capsys, *args)
     assert shipped == numpy_only == python_only_run
     assert shipped["counters"]["local_dram"] + shipped["counters"]["remote_dram"] > 0
+
+
+def test_a_compiled_data_model_built_from_an_older_source_gives_way_to_the_python_path_with_a_warning():
+    import subprocess
+    import sys
+    script = ("import sys, types, warnings\n"
+              "import simsched\n"
+              "sys.modules['simsched._locality'] = types.ModuleType('simsched._locality')\n"
+              "with warnings.catch_warnings(record=True) as caught:\n"
+              "    warnings.simplefilter('always')\n"
+              "    import simsched.locality as locality\n"
+              "print(locality.compiled is None, *[str(w.message) for w in caught], sep='|')\n"
+              "from simsched import simulate\n"
+              "print(simulate('haswell-e5-2695v3', 'omp-dynamic', 'spmv:matrix=uniform,iters=1', 4).makespan_ns > 0)\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    first, second = proc.stdout.splitlines()
+    assert first.startswith("True|simsched's compiled data model is out of date")
+    assert second == "True"

@@ -356,8 +356,10 @@ static PyObject *Chunks_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
             goto fail;
         }
     }
-    if (shared >= self->nlevels) {
-        PyErr_SetString(PyExc_ValueError, "no such shared level");
+    int private_level = 0;
+    for (int i = 0; i < self->nlevels; i++) private_level |= self->levels[i].kind == PRIVATE;
+    if (shared < -1 || shared >= self->nlevels || (private_level && shared < 0) || line < 1) {
+        PyErr_SetString(PyExc_ValueError, "no such shared level (a private level reads through one), or no line");
         goto fail;
     }
     PyObject *remote, *dram_readers, *dram_shares;

@@ -50,8 +50,9 @@ from .simpy_access import clock_slot, fire_at
 INLINE = True
 
 # The same inline loops compiled (simsched/_speedups.c: the claim, the stealing loop, and iCh's policy), taken
-# on plain loops (no data, no noise) where built and INLINE holds; None where the extension is not built, or
-# to run the Python loops, which are the reference: the tests compare all three ways.
+# where built and INLINE holds (a chunk with data or noise timed by Simulation.chunk_time, as in the Python
+# loops); None where the extension is not built, or to run the Python loops, which are the reference: the
+# tests compare all three ways.
 try:
     from . import _speedups as speedups
 except ImportError:

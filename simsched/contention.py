@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import math
 
 import numpy as np
@@ -41,6 +42,59 @@ class Readers:
     def add(self, start: float, end: float, gbs: float = 0.0, in_flight: float = 0.0) -> None:
         self.spans.append((start, end, gbs, in_flight))
         self.soonest = min(self.soonest, end)
+
+
+class Calendar:
+    """What a node's DRAM has promised the chunks reading it, over time, under ``bandwidth_share =
+    "conserved"``: a step function of the GB/s committed, never above the node's shared bandwidth.
+
+    A chunk that starts takes what the earlier ones leave, from its start on, at most its core's
+    bandwidth, until its bytes are served; its rate then counts as committed over that time. The
+    earlier chunks keep what they have (processor sharing would slow them down instead), so the
+    node never serves more than its bandwidth, and a chunk whose node is busy waits for it.
+    """
+
+    def __init__(self, shared_gbs: float | None):
+        self.shared = shared_gbs
+        self.times: list[float] = []       # breakpoints, ascending
+        self.committed: list[float] = []   # GB/s committed from each breakpoint to the next (0 after the last)
+
+    def forget(self, now: float) -> None:
+        """Drop the commitments that ended by ``now`` (no chunk starts before the clock)."""
+        keep = 0
+        while keep + 1 < len(self.times) and self.times[keep + 1] <= now:
+            keep += 1
+        if keep:
+            del self.times[:keep], self.committed[:keep]
+
+    def _split(self, at: float) -> int:
+        """The index of a breakpoint at ``at``, made if there is none (it takes the rate it falls in)."""
+        times = self.times
+        i = bisect.bisect_left(times, at)
+        if i < len(times) and times[i] == at:
+            return i
+        times.insert(i, at)
+        self.committed.insert(i, self.committed[i - 1] if i > 0 else 0.0)
+        return i
+
+    def take(self, start: float, nbytes: float, cap_gbs: float) -> float:
+        """Serve ``nbytes`` from ``start`` at what the node has left, at most ``cap_gbs``; the ns they take."""
+        i = self._split(start)
+        left = nbytes
+        while True:
+            rate = min(cap_gbs, max(self.shared - self.committed[i], 0.0))
+            last = i + 1 == len(self.times)   # nothing is committed beyond the last breakpoint
+            span = math.inf if last else self.times[i + 1] - self.times[i]
+            if rate > 0.0 and left <= rate * span:
+                end = self.times[i] + left / rate
+                j = self._split(end)
+                for k in range(i, j):
+                    self.committed[k] += rate
+                return end - start
+            if rate > 0.0:
+                left -= rate * span
+                self.committed[i] += rate
+            i += 1
 
 
 class Contention:
@@ -128,6 +182,19 @@ class Contention:
             reading.append((resource, np.unique(instances[used]).tolist()))
         readers = np.array([r.count(start) + 1 for r in self.readers[resource]])
         return np.minimum(source.bandwidth_gbs, source.shared_bandwidth_gbs / readers)[instances]
+
+    def _conserved_shares(self, start: float, lines: list) -> list[float]:
+        """The per-core bandwidth from each node's DRAM for a chunk reading ``lines`` from it, when a node
+        never serves more than its shared bandwidth (``Calendar``): its bytes over the time they take."""
+        dram = self.h.dram
+        shares = []
+        for node, count in enumerate(lines):
+            if count:
+                nbytes = count * self.line
+                shares.append(nbytes / self.calendars[node].take(start, nbytes, dram.bandwidth_gbs))
+            else:
+                shares.append(self._share("dram", dram, start, node))
+        return shares
 
     def _share(self, resource, source, start: float, instance: int, known: dict | None = None) -> float:
         """``_shared`` for one instance: the per-core bandwidth from it, one more reader being added

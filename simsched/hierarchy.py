@@ -122,18 +122,23 @@ class Dram:
     # under the chunk's work and streamed data, which an out-of-order core keeps issuing: the chunk takes
     # the longer of the two) or "added" (after them).
     gathers: str = "overlapped"
+    # How the chunks reading a node share its shared_bandwidth_gbs: "at-start" (each keeps shared / readers,
+    # counted when it starts) or "conserved" (each gets what the readers already there leave of it, more as
+    # they end, so the node never serves more than its bandwidth).
+    bandwidth_share: str = "at-start"
 
 
 _CACHE_KEYS = {"size_kib", "line_bytes", "shared_by", "latency_ns", "bandwidth_gbs", "shared_bandwidth_gbs",
                "remote_latency_ns", "outstanding_misses", "stride_misses", "random_read_ns"}
 _DRAM_KEYS = {"node", "size_gib", "line_bytes", "latency_ns", "remote_latency_ns", "bandwidth_gbs",
               "shared_bandwidth_gbs", "jitter_cv", "queueing", "loaded_latency_ns", "link_bandwidth_gbs",
-              "random_read_ns", "gathers"}
+              "random_read_ns", "gathers", "bandwidth_share"}
 QUEUEING = ("closed", "none")
 GATHERS = ("overlapped", "added")
+BANDWIDTH_SHARES = ("at-start", "conserved")
 # The [dram] keys a file may leave out that a variant may still set (``machine[dram.queueing="none"]``).
 DRAM_OPTIONAL_KEYS = {"shared_bandwidth_gbs", "jitter_cv", "queueing", "loaded_latency_ns",
-                      "link_bandwidth_gbs", "random_read_ns", "gathers"}
+                      "link_bandwidth_gbs", "random_read_ns", "gathers", "bandwidth_share"}
 
 
 @dataclass(frozen=True)
@@ -234,6 +239,9 @@ class Hierarchy:
         gathers = table.get("gathers", "overlapped")
         if gathers not in GATHERS:
             raise SimschedError(f"{where}.gathers must be overlapped or added, got {gathers!r}")
+        sharing = table.get("bandwidth_share", "at-start")
+        if sharing not in BANDWIDTH_SHARES:
+            raise SimschedError(f"{where}.bandwidth_share must be at-start or conserved, got {sharing!r}")
         if "link_bandwidth_gbs" in table and not hops:
             raise SimschedError(f"{where}.link_bandwidth_gbs is for machines of more than one socket")
         memory = Dram(int(_positive(table, "size_gib", where) * 2**30), _positive(table, "latency_ns", where),
@@ -242,7 +250,7 @@ class Hierarchy:
                       _positive(table, "shared_bandwidth_gbs", where, required=False), _jitter(table, where),
                       queueing, _loaded_curve(table, where),
                       _positive(table, "link_bandwidth_gbs", where, required=False),
-                      _positive(table, "random_read_ns", where, required=False), gathers)
+                      _positive(table, "random_read_ns", where, required=False), gathers, sharing)
         if levels and memory.latency_ns < levels[-1].latency_ns:
             raise SimschedError(f"{where}.latency_ns ({memory.latency_ns:g}) is below the last cache level's "
                                 f"({levels[-1].latency_ns:g})")

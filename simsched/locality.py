@@ -65,7 +65,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from .contention import Contention, Readers
+from .contention import Calendar, Contention, Readers
 from .errors import SimschedError
 from .footprint import ELEMENT_BYTES, Footprint
 from .loaded import Queueing
@@ -193,6 +193,9 @@ class DataState(SmallChunks, Contention):
         # What makes a miss wait behind the others' (None: nothing does); the links ("link") are read from a
         # home node by a socket, instance home x sockets + socket.
         self.queueing = Queueing.of(hierarchy)
+        # With a conserved bandwidth, each node's commitments over time (``_conserved_shares``); else None.
+        self.conserving = hierarchy.dram.bandwidth_share == "conserved" and bool(hierarchy.dram.shared_bandwidth_gbs)
+        self.calendars = [Calendar(hierarchy.dram.shared_bandwidth_gbs) for _ in range(self.sockets)]
         if self.queueing is not None and self.queueing.link_gbs:
             self.readers["link"] = [readers_type() for _ in range(self.sockets * self.sockets)]
         self.counters = dict.fromkeys(counter_names(hierarchy), 0.0)
@@ -278,6 +281,9 @@ class DataState(SmallChunks, Contention):
             return self.small.run(self, worker, fp, lo, hi, start, now, work)
         for readers in self.every_reader:
             readers.forget(now)
+        if self.conserving:
+            for calendar in self.calendars:
+                calendar.forget(now)
         if hi - lo <= SCALAR_ITERATIONS:
             return self._few(worker, fp, lo, hi, start, work)
         blocks = self.blocks[fp.data]
@@ -338,6 +344,10 @@ class DataState(SmallChunks, Contention):
                            self.remote(dram.remote_latency_ns, node_hops) if dram.remote_latency_ns else 0.0)
         from_dram = (1.0 - inner) * lines
         bandwidth = self._shared("dram", dram, start, home, from_dram > 0, reading)
+        if self.conserving:
+            used = from_dram > 0
+            lines_by_node = np.bincount(home[used], weights=from_dram[used], minlength=self.sockets).tolist()
+            bandwidth = np.asarray(self._conserved_shares(start, lines_by_node))[home]
         if self.queueing is not None:
             latency = latency + self._waiting(start, socket, home, from_dram, latency, pattern, overlap)
         time += from_dram * self.access(latency, bandwidth, pattern, line, overlap)
@@ -373,7 +383,7 @@ class DataState(SmallChunks, Contention):
 
     def _compiled_path(self):
         """``_few`` compiled (``compiled.Chunks``), holding this state's tables; None without the extension."""
-        if compiled is None:
+        if compiled is None or self.conserving:   # it shares bandwidth as at-start only
             return None
         h, dram, queue = self.h, self.h.dram, self.queueing
 

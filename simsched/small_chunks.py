@@ -150,7 +150,15 @@ class SmallChunks:
             if used[i]:
                 resource = i if kinds[i] == "shared" else self.shared
                 self._note(resource, levels[resource], used[i], reading)
-        bandwidth = [self._share("dram", dram, start, node, shares) for node in home]
+        if self.conserving:
+            lines_by_node = [0.0] * self.sockets
+            for j in range(n):
+                if from_dram[j] > 0:
+                    lines_by_node[home[j]] += from_dram[j]
+            by_node = self._conserved_shares(start, lines_by_node)
+            bandwidth = [by_node[node] for node in home]
+        else:
+            bandwidth = [self._share("dram", dram, start, node, shares) for node in home]
         self._note("dram", dram, [node for node, lines in zip(home, from_dram) if lines > 0], reading)
         if self.queueing is not None:
             by_node, own = [0.0] * self.sockets, [0.0] * self.sockets

@@ -160,6 +160,151 @@ static PyTypeObject ReadersType = {
 };
 
 /* ------------------------------------------------------------------------------------------------------
+ * Calendar: what a node's DRAM has promised the chunks reading it, over time (simsched.contention.Calendar). */
+
+typedef struct {
+    PyObject_HEAD
+    double shared;
+    double *times, *committed; /* breakpoints, ascending; GB/s committed from each to the next (0 after the last) */
+    Py_ssize_t n, cap;
+} Calendar;
+
+static PyTypeObject CalendarType;
+
+static PyObject *Calendar_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    double shared;
+    if (!PyArg_ParseTuple(args, "d:Calendar", &shared)) return NULL;
+    Calendar *self = (Calendar *)type->tp_alloc(type, 0);
+    if (self != NULL) self->shared = shared;
+    return (PyObject *)self;
+}
+
+static void Calendar_dealloc(Calendar *self) {
+    PyMem_Free(self->times);
+    PyMem_Free(self->committed);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static void calendar_forget(Calendar *c, double now) {
+    Py_ssize_t keep = 0;
+    while (keep + 1 < c->n && c->times[keep + 1] <= now) keep++;
+    if (keep) {
+        memmove(c->times, c->times + keep, (c->n - keep) * sizeof(double));
+        memmove(c->committed, c->committed + keep, (c->n - keep) * sizeof(double));
+        c->n -= keep;
+    }
+}
+
+/* The index of a breakpoint at ``at``, made if there is none; -1 with an error set. */
+static Py_ssize_t calendar_split(Calendar *c, double at) {
+    Py_ssize_t lo = 0, hi = c->n;
+    while (lo < hi) { /* bisect_left */
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (c->times[mid] < at) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo < c->n && c->times[lo] == at) return lo;
+    if (c->n == c->cap) {
+        Py_ssize_t cap = c->cap ? 2 * c->cap : 16;
+        double *times = PyMem_Realloc(c->times, cap * sizeof(double));
+        if (times == NULL) return PyErr_NoMemory(), -1;
+        c->times = times;
+        double *committed = PyMem_Realloc(c->committed, cap * sizeof(double));
+        if (committed == NULL) return PyErr_NoMemory(), -1;
+        c->committed = committed;
+        c->cap = cap;
+    }
+    memmove(c->times + lo + 1, c->times + lo, (c->n - lo) * sizeof(double));
+    memmove(c->committed + lo + 1, c->committed + lo, (c->n - lo) * sizeof(double));
+    c->times[lo] = at;
+    c->committed[lo] = lo > 0 ? c->committed[lo - 1] : 0.0;
+    c->n++;
+    return lo;
+}
+
+/* Serve ``nbytes`` from ``start`` at what the node has left, at most ``cap``: the ns they take in *out. */
+static int calendar_take(Calendar *c, double start, double nbytes, double cap, double *out) {
+    Py_ssize_t i = calendar_split(c, start);
+    if (i < 0) return -1;
+    double left = nbytes;
+    for (;;) {
+        double free = c->shared - c->committed[i];
+        free = 0.0 > free ? 0.0 : free;
+        double rate = free < cap ? free : cap; /* min(cap, max(free, 0.0)) as Python picks */
+        int last = i + 1 == c->n;              /* nothing is committed beyond the last breakpoint */
+        double span = last ? INFINITY : c->times[i + 1] - c->times[i];
+        if (rate > 0.0 && left <= rate * span) {
+            double end = c->times[i] + left / rate;
+            Py_ssize_t j = calendar_split(c, end);
+            if (j < 0) return -1;
+            for (Py_ssize_t k = i; k < j; k++) c->committed[k] += rate;
+            *out = end - start;
+            return 0;
+        }
+        if (last) { /* a node of no bandwidth: never served */
+            PyErr_SetString(PyExc_ValueError, "a node of no bandwidth");
+            return -1;
+        }
+        if (rate > 0.0) {
+            left -= rate * span;
+            c->committed[i] += rate;
+        }
+        i++;
+    }
+}
+
+static PyObject *Calendar_forget(Calendar *self, PyObject *arg) {
+    double now = PyFloat_AsDouble(arg);
+    if (now == -1.0 && PyErr_Occurred()) return NULL;
+    calendar_forget(self, now);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Calendar_take(Calendar *self, PyObject *args) {
+    double start, nbytes, cap, taken;
+    if (!PyArg_ParseTuple(args, "ddd:take", &start, &nbytes, &cap) || calendar_take(self, start, nbytes, cap, &taken) < 0)
+        return NULL;
+    return PyFloat_FromDouble(taken);
+}
+
+static PyObject *doubles_list(const double *values, Py_ssize_t n) {
+    PyObject *list = PyList_New(n);
+    for (Py_ssize_t i = 0; list != NULL && i < n; i++) {
+        PyObject *v = PyFloat_FromDouble(values[i]);
+        if (v == NULL) Py_CLEAR(list);
+        else PyList_SET_ITEM(list, i, v);
+    }
+    return list;
+}
+
+static PyObject *Calendar_times(Calendar *self, void *closure) { return doubles_list(self->times, self->n); }
+static PyObject *Calendar_committed(Calendar *self, void *closure) { return doubles_list(self->committed, self->n); }
+
+static PyMethodDef Calendar_methods[] = {
+    {"forget", (PyCFunction)Calendar_forget, METH_O, PyDoc_STR("Drop the commitments that ended by ``now``.")},
+    {"take", (PyCFunction)Calendar_take, METH_VARARGS,
+     PyDoc_STR("take(start, nbytes, cap_gbs): serve the bytes from start at what is left; the ns they take.")},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Calendar_getset[] = {
+    {"times", (getter)Calendar_times, NULL, PyDoc_STR("The breakpoints, ascending."), NULL},
+    {"committed", (getter)Calendar_committed, NULL, PyDoc_STR("GB/s committed from each breakpoint on."), NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject CalendarType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "simsched._locality.Calendar",
+    .tp_doc = PyDoc_STR("What a node's DRAM has promised, over time (simsched.contention.Calendar, compiled)."),
+    .tp_basicsize = sizeof(Calendar),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = Calendar_new,
+    .tp_dealloc = (destructor)Calendar_dealloc,
+    .tp_methods = Calendar_methods,
+    .tp_getset = Calendar_getset,
+};
+
+/* ------------------------------------------------------------------------------------------------------
  * Sums and costs, as simsched.small_chunks adds and prices them. */
 
 /* NumPy's pairwise summation order (simsched.small_chunks._sum). */
@@ -223,6 +368,7 @@ typedef struct {
     double dram_latency, dram_bandwidth, dram_shared_bandwidth, dram_random_read, *remote, controller_gbs, link_gbs;
     Py_ssize_t nremote;
     PyObject *dram_readers, *dram_shares, *link_readers; /* dram_shares NULL where DRAM bandwidth is not shared */
+    PyObject *calendars; /* each node's Calendar where its bandwidth is conserved; NULL: shared at each start */
 } Chunks;
 
 static PyObject *str_through, *str_counters, *str_blocks, *str_data, *str_bytes, *str_pattern, *str_gather,
@@ -299,18 +445,20 @@ static void Chunks_dealloc(Chunks *self) {
     Py_XDECREF(self->dram_readers);
     Py_XDECREF(self->dram_shares);
     Py_XDECREF(self->link_readers);
+    Py_XDECREF(self->calendars);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 /* Chunks(state, levels, shared, dram, queue, link_readers, socket_of, hops, line, outstanding, stride_misses,
- * jitter): see simsched.locality.DataState._compiled_path for what each holds. */
+ * jitter, calendars): see simsched.locality.DataState._compiled_path for what each holds. */
 static PyObject *Chunks_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    PyObject *state, *levels, *dram, *queue, *link, *socket_of, *hops;
+    PyObject *state, *levels, *dram, *queue, *link, *socket_of, *hops, *calendars;
     int shared, stride_misses, jitter;
     long line;
     double outstanding;
-    if (!PyArg_ParseTuple(args, "OO!iO!OOOOldpp:Chunks", &state, &PyList_Type, &levels, &shared, &PyTuple_Type,
-                          &dram, &queue, &link, &socket_of, &hops, &line, &outstanding, &stride_misses, &jitter))
+    if (!PyArg_ParseTuple(args, "OO!iO!OOOOldppO:Chunks", &state, &PyList_Type, &levels, &shared, &PyTuple_Type,
+                          &dram, &queue, &link, &socket_of, &hops, &line, &outstanding, &stride_misses, &jitter,
+                          &calendars))
         return NULL;
     Chunks *self = (Chunks *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
@@ -430,6 +578,17 @@ static PyObject *Chunks_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     if (short_list) {
         PyErr_SetString(PyExc_ValueError, "readers for every socket (and socket link) are needed");
         goto fail;
+    }
+    if (calendars != Py_None) {
+        int good = PyList_Check(calendars) && PyList_GET_SIZE(calendars) >= self->sockets;
+        for (Py_ssize_t k = 0; good && k < PyList_GET_SIZE(calendars); k++)
+            good = Py_IS_TYPE(PyList_GET_ITEM(calendars, k), &CalendarType);
+        if (!good) {
+            PyErr_SetString(PyExc_TypeError, "a compiled Calendar for every node, or None");
+            goto fail;
+        }
+        Py_INCREF(calendars);
+        self->calendars = calendars;
     }
     return (PyObject *)self;
 fail:
@@ -723,6 +882,8 @@ static PyObject *Chunks_run(Chunks *self, PyObject *args) {
     }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(self->every_reader); i++)
         readers_forget(member(self->every_reader, i), now);
+    for (Py_ssize_t i = 0; self->calendars != NULL && i < PyList_GET_SIZE(self->calendars); i++)
+        calendar_forget((Calendar *)PyList_GET_ITEM(self->calendars, i), now);
 
     PyObject *result = NULL, *through_all = NULL, *counters = NULL, *blocks_all = NULL, *data = NULL, *blocks = NULL, *bytes = NULL, *pattern_name = NULL, *gather = NULL,
              *reads_obj = NULL, *holder_obj = NULL, *stamp_obj = NULL, *home_obj = NULL, *offsets_obj = NULL;
@@ -783,7 +944,7 @@ static PyObject *Chunks_run(Chunks *self, PyObject *args) {
     /* Per iteration: sizes, lines, overlap, before, DRAM latency, lines from DRAM, time, bandwidth; per level
      * the three served lists; per node two sums each. */
     const Py_ssize_t rows = n ? n : 1;
-    scratch = PyMem_Malloc(sizeof(double) * (rows * (10 + 3 * L) + (4 + L) * S + 1));
+    scratch = PyMem_Malloc(sizeof(double) * (rows * (10 + 3 * L) + (5 + L) * S + 1));
     lscratch = PyMem_Malloc(sizeof(long) * (rows * (2 + L) + 1));
     demand = PyMem_Malloc(sizeof(Demand) * (2 * S + 1));
     if (scratch == NULL || lscratch == NULL || demand == NULL) {
@@ -794,7 +955,8 @@ static PyObject *Chunks_run(Chunks *self, PyObject *args) {
            *latency = before_of + rows, *from_dram = latency + rows, *time = from_dram + rows,
            *bandwidth = time + rows, *local_dram = bandwidth + rows, *remote_dram = local_dram + rows,
            *served = remote_dram + rows, *by_node = served + 3 * L * rows,
-           *own = by_node + S, *wait = own + S, *known = wait + S; /* known: the shares, by level (DRAM last) */
+           *own = by_node + S, *wait = own + S, *known = wait + S, /* known: the shares, by level (DRAM last) */
+           *node_share = known + (L + 1) * S;
     for (long k = 0; k < (L + 1) * S; k++) known[k] = -1.0;
     long *home = lscratch, *used = home + rows;
     Py_ssize_t served_n[MAX_LEVELS][3] = {{0}}, used_n[MAX_LEVELS] = {0};
@@ -922,9 +1084,28 @@ static PyObject *Chunks_run(Chunks *self, PyObject *args) {
         }
     }
     Py_ssize_t from_dram_n = 0;
+    if (self->calendars != NULL) { /* Contention._conserved_shares */
+        for (long node = 0; node < S; node++) by_node[node] = 0.0;
+        for (Py_ssize_t j = 0; j < n; j++)
+            if (from_dram[j] > 0) by_node[home[j]] += from_dram[j];
+        for (long node = 0; node < S; node++) {
+            if (by_node[node] != 0.0) {
+                double nbytes = by_node[node] * line, taken;
+                if (calendar_take((Calendar *)PyList_GET_ITEM(self->calendars, node), start, nbytes,
+                                  self->dram_bandwidth, &taken) < 0)
+                    goto done;
+                node_share[node] = nbytes / taken;
+            } else {
+                node_share[node] = known_share(known + L * S, self->dram_shares, self->dram_shared_bandwidth,
+                                               self->dram_bandwidth, node, start);
+            }
+        }
+    }
     for (Py_ssize_t j = 0; j < n; j++) {
-        bandwidth[j] = known_share(known + L * S, self->dram_shares, self->dram_shared_bandwidth,
-                                   self->dram_bandwidth, home[j], start);
+        bandwidth[j] = self->calendars != NULL
+                           ? node_share[home[j]]
+                           : known_share(known + L * S, self->dram_shares, self->dram_shared_bandwidth,
+                                         self->dram_bandwidth, home[j], start);
         if (from_dram[j] > 0) used[L * rows + from_dram_n++] = home[j];
     }
     if (self->dram_shares != NULL && note(&reading, DRAM, used + L * rows, from_dram_n) < 0) goto done;
@@ -1120,7 +1301,8 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__locality(void) {
-    if (PyType_Ready(&ReadersType) < 0 || PyType_Ready(&ChunksType) < 0) return NULL;
+    if (PyType_Ready(&ReadersType) < 0 || PyType_Ready(&CalendarType) < 0 || PyType_Ready(&ChunksType) < 0)
+        return NULL;
     struct {
         PyObject **slot;
         const char *text;
@@ -1139,8 +1321,9 @@ PyMODINIT_FUNC PyInit__locality(void) {
     /* What simsched.locality checks before it uses the module: an extension built from an older source
      * would take other arguments. */
     if (PyModule_AddObjectRef(m, "Readers", (PyObject *)&ReadersType) < 0
+        || PyModule_AddObjectRef(m, "Calendar", (PyObject *)&CalendarType) < 0
         || PyModule_AddObjectRef(m, "Chunks", (PyObject *)&ChunksType) < 0
-        || PyModule_AddIntConstant(m, "INTERFACE", 1) < 0) {
+        || PyModule_AddIntConstant(m, "INTERFACE", 2) < 0) {
         Py_DECREF(m);
         return NULL;
     }

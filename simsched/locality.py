@@ -85,7 +85,7 @@ try:
 except ImportError:
     compiled = None
 else:
-    if getattr(compiled, "INTERFACE", None) != 1:   # built from an older source: it takes other arguments
+    if getattr(compiled, "INTERFACE", None) != 2:   # built from an older source: it takes other arguments
         import warnings
 
         warnings.warn("simsched's compiled data model is out of date (rebuild it: pip install -e .); "
@@ -195,7 +195,9 @@ class DataState(SmallChunks, Contention):
         self.queueing = Queueing.of(hierarchy)
         # With a conserved bandwidth, each node's commitments over time (``_conserved_shares``); else None.
         self.conserving = hierarchy.dram.bandwidth_share == "conserved" and bool(hierarchy.dram.shared_bandwidth_gbs)
-        self.calendars = [Calendar(hierarchy.dram.shared_bandwidth_gbs) for _ in range(self.sockets)]
+        calendar_type = Calendar if compiled is None else compiled.Calendar
+        self.calendars = ([calendar_type(hierarchy.dram.shared_bandwidth_gbs) for _ in range(self.sockets)]
+                          if self.conserving else [])
         if self.queueing is not None and self.queueing.link_gbs:
             self.readers["link"] = [readers_type() for _ in range(self.sockets * self.sockets)]
         self.counters = dict.fromkeys(counter_names(hierarchy), 0.0)
@@ -281,9 +283,8 @@ class DataState(SmallChunks, Contention):
             return self.small.run(self, worker, fp, lo, hi, start, now, work)
         for readers in self.every_reader:
             readers.forget(now)
-        if self.conserving:
-            for calendar in self.calendars:
-                calendar.forget(now)
+        for calendar in self.calendars:
+            calendar.forget(now)
         if hi - lo <= SCALAR_ITERATIONS:
             return self._few(worker, fp, lo, hi, start, work)
         blocks = self.blocks[fp.data]
@@ -383,7 +384,7 @@ class DataState(SmallChunks, Contention):
 
     def _compiled_path(self):
         """``_few`` compiled (``compiled.Chunks``), holding this state's tables; None without the extension."""
-        if compiled is None or self.conserving:   # it shares bandwidth as at-start only
+        if compiled is None:
             return None
         h, dram, queue = self.h, self.h.dram, self.queueing
 
@@ -402,7 +403,8 @@ class DataState(SmallChunks, Contention):
                                                 queue.link_gbs or 0.0)
         return compiled.Chunks(self, levels, -1 if self.shared is None else self.shared, memory, queueing,
                                self.readers.get("link"), self.socket_list, self.hops_list, self.line,
-                               h.outstanding_misses, bool(h.stride_misses), self.rng is not None and bool(dram.jitter_cv))
+                               h.outstanding_misses, bool(h.stride_misses), self.rng is not None and bool(dram.jitter_cv),
+                               self.calendars if self.conserving else None)
 
     @staticmethod
     def with_gathers(own: float, gathered: float | None, work: float) -> float:

@@ -13,14 +13,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import simsched
-from simsched import load_machine
+from simsched import load_machine, locality
 from simsched.cli import main
 from simsched.contention import Calendar
+
+CALENDARS = [Calendar] + ([] if locality.compiled is None else [locality.compiled.Calendar])
 from simsched.locality import DataState
 from simsched.workloads import draw_loops, get_workload
 
 
-def test_a_chunk_takes_what_the_earlier_ones_leave_and_more_as_they_end():
+@pytest.mark.parametrize("Calendar", CALENDARS)
+def test_a_chunk_takes_what_the_earlier_ones_leave_and_more_as_they_end(Calendar):
     node = Calendar(10.0)   # 10 GB/s shared, 8 GB/s a core
     # Alone: 800 bytes at 8 GB/s.
     assert node.take(0.0, 800.0, 8.0) == 100.0
@@ -31,7 +34,8 @@ def test_a_chunk_takes_what_the_earlier_ones_leave_and_more_as_they_end():
     assert max(node.committed) <= 10.0
 
 
-def test_a_node_forgets_what_ended_before_the_clock():
+@pytest.mark.parametrize("Calendar", CALENDARS)
+def test_a_node_forgets_what_ended_before_the_clock(Calendar):
     node = Calendar(10.0)
     node.take(0.0, 800.0, 8.0)
     node.take(200.0, 80.0, 8.0)
@@ -46,14 +50,14 @@ def test_a_node_forgets_what_ended_before_the_clock():
                          max_size=25),
        shared=st.floats(1, 60))
 def test_the_node_never_commits_more_than_its_bandwidth_and_serves_every_byte(requests, shared):
-    node = Calendar(shared)
-    now = 0.0
+    nodes = [kind(shared) for kind in CALENDARS]
     for offset, nbytes, cap in sorted(requests):
-        start = now + offset
-        taken = node.take(start, nbytes, cap)
-        # Never faster than the core, nor than the node alone.
-        assert taken >= nbytes / min(cap, shared) * (1 - 1e-9)
+        taken = [node.take(offset, nbytes, cap) for node in nodes]
+        # Never faster than the core, nor than the node alone; the compiled calendar to the bit.
+        assert taken[0] >= nbytes / min(cap, shared) * (1 - 1e-9) and len(set(taken)) == 1
+    node = nodes[0]
     assert all(rate <= shared * (1 + 1e-9) for rate in node.committed)
+    assert all((other.times, other.committed) == (node.times, node.committed) for other in nodes)
     # Every byte was committed somewhere: the rates over time add up to what was asked.
     served = sum(rate * (b - a) for rate, a, b in zip(node.committed, node.times, node.times[1:]))
     assert served == pytest.approx(sum(n for _, n, _ in requests), rel=1e-6)
@@ -77,14 +81,14 @@ def test_a_loop_never_reads_a_node_faster_than_its_bandwidth_when_it_is_conserve
             assert gbs <= at_most
 
 
-def test_both_paths_of_the_data_model_share_a_conserved_node_alike():
+def test_every_path_of_the_data_model_shares_a_conserved_node_alike(monkeypatch):
     from simsched.locality import scalar_iterations
     m = _machine("conserved")
     loops = draw_loops(get_workload("spmv:matrix=lognormal,iters=2"), np.random.default_rng(0))
     times = []
-    for limit in (0, 10**9):
+    for limit, compiled in ((0, None), (10**9, None), (10**9, locality.compiled)):
+        monkeypatch.setattr(locality, "compiled", compiled)
         state = DataState(m, m.placement(28), loops, np.random.default_rng(7))
-        assert state.small is None   # the compiled path shares as at-start only
         with scalar_iterations(limit):
             start, lo, seen = 0.0, 0, []
             while lo < loops[0].n:

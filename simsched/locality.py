@@ -193,11 +193,11 @@ class DataState(SmallChunks, Contention):
         # What makes a miss wait behind the others' (None: nothing does); the links ("link") are read from a
         # home node by a socket, instance home x sockets + socket.
         self.queueing = Queueing.of(hierarchy)
-        # With a conserved bandwidth, each node's commitments over time (``_conserved_shares``); else None.
-        self.conserving = hierarchy.dram.bandwidth_share == "conserved" and bool(hierarchy.dram.shared_bandwidth_gbs)
+        # With a conserved bandwidth, each node's commitments over time (``_conserved_shares``); else none.
+        dram = hierarchy.dram
         calendar_type = Calendar if compiled is None else compiled.Calendar
-        self.calendars = ([calendar_type(hierarchy.dram.shared_bandwidth_gbs) for _ in range(self.sockets)]
-                          if self.conserving else [])
+        self.calendars = ([calendar_type(dram.shared_bandwidth_gbs) for _ in range(self.sockets)]
+                          if dram.bandwidth_share == "conserved" and dram.shared_bandwidth_gbs else [])
         if self.queueing is not None and self.queueing.link_gbs:
             self.readers["link"] = [readers_type() for _ in range(self.sockets * self.sockets)]
         self.counters = dict.fromkeys(counter_names(hierarchy), 0.0)
@@ -344,10 +344,10 @@ class DataState(SmallChunks, Contention):
         latency = np.where(node_hops == 0, dram.latency_ns,
                            self.remote(dram.remote_latency_ns, node_hops) if dram.remote_latency_ns else 0.0)
         from_dram = (1.0 - inner) * lines
-        bandwidth = self._shared("dram", dram, start, home, from_dram > 0, reading)
-        if self.conserving:
-            used = from_dram > 0
-            lines_by_node = np.bincount(home[used], weights=from_dram[used], minlength=self.sockets).tolist()
+        used = from_dram > 0
+        lines_by_node = np.bincount(home[used], weights=from_dram[used], minlength=self.sockets).tolist()
+        bandwidth = self._shared("dram", dram, start, home, used, reading)
+        if self.calendars:
             bandwidth = np.asarray(self._conserved_shares(start, lines_by_node))[home]
         if self.queueing is not None:
             latency = latency + self._waiting(start, socket, home, from_dram, latency, pattern, overlap)
@@ -375,10 +375,8 @@ class DataState(SmallChunks, Contention):
             self.through[i][mine] += moved
         demand = {}
         if self.queueing is not None:
-            used = from_dram > 0
-            lines_by_node = np.bincount(home[used], weights=from_dram[used], minlength=self.sockets)
             waiting = np.bincount(home[used], weights=(from_dram * latency)[used], minlength=self.sockets)
-            demand = self._demand(total, socket, lines_by_node.tolist(), waiting.tolist())
+            demand = self._demand(total, socket, lines_by_node, waiting.tolist())
         self._hold(reading, demand, start, start + total)
         return total
 
@@ -404,7 +402,7 @@ class DataState(SmallChunks, Contention):
         return compiled.Chunks(self, levels, -1 if self.shared is None else self.shared, memory, queueing,
                                self.readers.get("link"), self.socket_list, self.hops_list, self.line,
                                h.outstanding_misses, bool(h.stride_misses), self.rng is not None and bool(dram.jitter_cv),
-                               self.calendars if self.conserving else None)
+                               self.calendars or None)
 
     @staticmethod
     def with_gathers(own: float, gathered: float | None, work: float) -> float:

@@ -150,11 +150,11 @@ class SmallChunks:
             if used[i]:
                 resource = i if kinds[i] == "shared" else self.shared
                 self._note(resource, levels[resource], used[i], reading)
-        if self.conserving:
-            lines_by_node = [0.0] * self.sockets
-            for j in range(n):
-                if from_dram[j] > 0:
-                    lines_by_node[home[j]] += from_dram[j]
+        lines_by_node = [0.0] * self.sockets   # as the NumPy path sums them
+        for j in range(n):
+            if from_dram[j] > 0:
+                lines_by_node[home[j]] += from_dram[j]
+        if self.calendars:
             by_node = self._conserved_shares(start, lines_by_node)
             bandwidth = [by_node[node] for node in home]
         else:
@@ -206,11 +206,10 @@ class SmallChunks:
             through[i][mine[i]] += moved
         demand = {}
         if self.queueing is not None:
-            by_node, waiting = [0.0] * self.sockets, [0.0] * self.sockets
+            waiting = [0.0] * self.sockets
             for j in range(n):
                 if from_dram[j] > 0:
-                    by_node[home[j]] += from_dram[j]
                     waiting[home[j]] += from_dram[j] * latency[j]
-            demand = self._demand(total, socket, by_node, waiting)
+            demand = self._demand(total, socket, lines_by_node, waiting)
         self._hold(reading, demand, start, start + total)
         return total

@@ -4,12 +4,32 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import simsched.cli
 from simsched import Machine
+
+
+def run_with_a_stale_extension(extension: str, module: str, attribute: str, workload: str) -> tuple[str, str]:
+    """Import ``simsched.<module>`` in a fresh interpreter where ``simsched.<extension>`` is an empty module (as
+    one built from an older source would look to it), then simulate ``workload``: the two lines it prints,
+    whether ``<module>.<attribute>`` is None with the warnings raised ('|'-separated), and whether the run ended."""
+    script = ("import sys, types, warnings\n"
+              "import simsched\n"
+              f"sys.modules['simsched.{extension}'] = types.ModuleType('simsched.{extension}')\n"
+              "with warnings.catch_warnings(record=True) as caught:\n"
+              "    warnings.simplefilter('always')\n"
+              f"    import simsched.{module} as module\n"
+              f"print(module.{attribute} is None, *[str(w.message) for w in caught], sep='|')\n"
+              "from simsched import simulate\n"
+              f"print(simulate('haswell-e5-2695v3', 'omp-dynamic', {workload!r}, 4).makespan_ns > 0)\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    first, second = proc.stdout.splitlines()
+    return first, second
 
 
 def toy_machine(cores: int = 2, sockets: int = 1, same_socket: float = 100.0, socket_hop: float = 0.0,

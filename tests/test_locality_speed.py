@@ -32,6 +32,7 @@ from simsched.small_chunks import _sum
 from simsched.loop import Loop
 from simsched.machine import builtin_machine_bytes
 from simsched.workloads import draw_loops, get_workload
+from tests.conftest import run_with_a_stale_extension
 
 NUMPY, PER_ITERATION = 0, 10**9   # SCALAR_ITERATIONS that put every chunk on one path
 COMPILED = locality.compiled
@@ -362,19 +363,6 @@ def test_a_whole_run_is_the_same_whichever_path_its_chunks_take(capsys, args):
 
 
 def test_a_compiled_data_model_built_from_an_older_source_gives_way_to_the_python_path_with_a_warning():
-    import subprocess
-    import sys
-    script = ("import sys, types, warnings\n"
-              "import simsched\n"
-              "sys.modules['simsched._locality'] = types.ModuleType('simsched._locality')\n"
-              "with warnings.catch_warnings(record=True) as caught:\n"
-              "    warnings.simplefilter('always')\n"
-              "    import simsched.locality as locality\n"
-              "print(locality.compiled is None, *[str(w.message) for w in caught], sep='|')\n"
-              "from simsched import simulate\n"
-              "print(simulate('haswell-e5-2695v3', 'omp-dynamic', 'spmv:matrix=uniform,iters=1', 4).makespan_ns > 0)\n")
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    first, second = proc.stdout.splitlines()
+    first, second = run_with_a_stale_extension("_locality", "locality", "compiled", "spmv:matrix=uniform,iters=1")
     assert first.startswith("True|simsched's compiled data model is out of date")
     assert second == "True"

@@ -14,7 +14,7 @@ from simsched import load_machine, native
 from simsched.cli import main
 from simsched.native import calibrate, hostload, memprobe
 from simsched.native.hostinfo import Cache
-from test_loaded_latency import HEADER as LOADED_TOY_HEADER
+from tests.test_loaded_latency import HEADER as LOADED_TOY_HEADER
 
 needs_native = pytest.mark.skipif(not native.available(), reason="native runtime not built")
 

@@ -14,6 +14,7 @@ from simsched import memory, simpy_access
 from simsched.cli import main
 from simsched.engine import ChunkSink, Simulation
 from simsched.errors import SimschedError
+from tests.conftest import run_with_a_stale_extension
 
 HASWELL = "haswell-e5-2695v3"
 
@@ -150,17 +151,6 @@ def test_the_scheduler_listing_keeps_its_order_and_names_each_stealing_scheduler
 
 def test_compiled_loops_built_from_an_older_source_give_way_to_the_python_loops_with_a_warning():
     # An extension that does not take the clock's slot (built before the loops read it there) must not run.
-    script = ("import sys, types, warnings\n"
-              "import simsched\n"
-              "sys.modules['simsched._speedups'] = types.ModuleType('simsched._speedups')\n"
-              "with warnings.catch_warnings(record=True) as caught:\n"
-              "    warnings.simplefilter('always')\n"
-              "    import simsched.memory as memory\n"
-              "print(memory.speedups is None, *[str(w.message) for w in caught], sep='|')\n"
-              "from simsched import simulate\n"
-              "print(simulate('haswell-e5-2695v3', 'omp-dynamic', 'uniform:n=100', 4).makespan_ns > 0)\n")
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    first, second = proc.stdout.splitlines()
+    first, second = run_with_a_stale_extension("_speedups", "memory", "speedups", "uniform:n=100")
     assert first.startswith("True|simsched's compiled loops are out of date")
     assert second == "True"

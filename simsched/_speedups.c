@@ -823,8 +823,483 @@ static PyTypeObject StealsType = {
     .tp_iternext = (iternextfunc)Steals_next,
 };
 
+/* ---- The event loop ------------------------------------------------------------------------------------
+ * SimPy's Environment.run and step, and Simulation.drive's stepping, compiled: the same heap (the
+ * environment's list of (time, priority, event number, event)), the same event numbers, the same callbacks
+ * in the same order; a scheduler written as SimPy generators runs in it as it does in SimPy, and the
+ * steps ``drive`` runs (the claim and stealing iterators above, or Python generators) are stepped here
+ * without a Python frame between them. Their Python versions (simsched.engine.Simulation.drive,
+ * simpy.Environment.run) are the reference: a run gives the same result, event count included. */
+
+static Py_ssize_t heap_offset, eid_offset;
+static PyObject *normal_priority, *stop_simulation;
+static PyObject *str_callbacks, *str_ok, *str_value, *str_defused, *str_args;
+
+static PyObject **slot_of(PyObject *env, Py_ssize_t offset) { return (PyObject **)((char *)env + offset); }
+
+static Py_ssize_t member_offset(PyObject *slot) {
+    if (!Py_IS_TYPE(slot, &PyMemberDescr_Type) || ((PyMemberDescrObject *)slot)->d_member->type != T_OBJECT_EX) {
+        PyErr_SetString(PyExc_TypeError, "bind_events: expected the member descriptor of an object slot");
+        return -1;
+    }
+    return ((PyMemberDescrObject *)slot)->d_member->offset;
+}
+
+/* bind_events(heap_slot, eid_slot, normal, stop_simulation): where the environment keeps its heap and its
+ * event numbering, SimPy's NORMAL priority and its StopSimulation (after bind_clock). */
+static PyObject *bind_events(PyObject *module, PyObject *args) {
+    PyObject *heap, *eid, *normal, *stop;
+    if (!PyArg_ParseTuple(args, "OOOO", &heap, &eid, &normal, &stop)) return NULL;
+    Py_ssize_t h = member_offset(heap), e = member_offset(eid);
+    if (h < 0 || e < 0) return NULL;
+    heap_offset = h;
+    eid_offset = e;
+    Py_INCREF(normal);
+    Py_XSETREF(normal_priority, normal);
+    Py_INCREF(stop);
+    Py_XSETREF(stop_simulation, stop);
+    Py_RETURN_NONE;
+}
+
+/* Whether heap entry a comes before b, as Python compares the tuples; -1 with an error set. Entries are
+ * (time, priority, number, event) and the numbers differ, so the event itself is never compared. */
+static int before(PyObject *a, PyObject *b) {
+    if (PyTuple_CheckExact(a) && PyTuple_CheckExact(b) && PyTuple_GET_SIZE(a) == 4 && PyTuple_GET_SIZE(b) == 4) {
+        PyObject *ta = PyTuple_GET_ITEM(a, 0), *tb = PyTuple_GET_ITEM(b, 0);
+        PyObject *pa = PyTuple_GET_ITEM(a, 1), *pb = PyTuple_GET_ITEM(b, 1);
+        PyObject *ea = PyTuple_GET_ITEM(a, 2), *eb = PyTuple_GET_ITEM(b, 2);
+        if (PyFloat_CheckExact(ta) && PyFloat_CheckExact(tb) && PyLong_CheckExact(pa) && PyLong_CheckExact(pb)
+            && PyLong_CheckExact(ea) && PyLong_CheckExact(eb)) {
+            double x = PyFloat_AS_DOUBLE(ta), y = PyFloat_AS_DOUBLE(tb);
+            if (x < y) return 1;
+            if (x > y) return 0;
+            if (x == y) {
+                int overflow;
+                long p = PyLong_AsLongAndOverflow(pa, &overflow), q;
+                if (!overflow) {
+                    q = PyLong_AsLongAndOverflow(pb, &overflow);
+                    if (!overflow && p != q) return p < q;
+                    if (!overflow) {
+                        long long m = PyLong_AsLongLongAndOverflow(ea, &overflow), n;
+                        if (!overflow) {
+                            n = PyLong_AsLongLongAndOverflow(eb, &overflow);
+                            if (!overflow) return m < n;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    return PyObject_RichCompareBool(a, b, Py_LT);   /* anything else (an int time, a NaN): as Python does */
+}
+
+/* heapq's _siftdown and _siftup on the list, with ``before`` for its comparisons. */
+static int sift_down(PyObject *heap, Py_ssize_t start, Py_ssize_t pos) {
+    PyObject **items = ((PyListObject *)heap)->ob_item, *item = items[pos];
+    Py_ssize_t size = PyList_GET_SIZE(heap);
+    while (pos > start) {
+        Py_ssize_t parent = (pos - 1) >> 1;
+        int less = before(item, items[parent]);
+        if (less < 0) return -1;
+        if (size != PyList_GET_SIZE(heap)) {
+            PyErr_SetString(PyExc_RuntimeError, "the event heap changed while it was being ordered");
+            return -1;
+        }
+        items = ((PyListObject *)heap)->ob_item;
+        if (!less) break;
+        items[pos] = items[parent];
+        pos = parent;
+    }
+    items[pos] = item;
+    return 0;
+}
+
+static int sift_up(PyObject *heap, Py_ssize_t pos) {
+    Py_ssize_t end = PyList_GET_SIZE(heap), start = pos, child = 2 * pos + 1;
+    PyObject **items = ((PyListObject *)heap)->ob_item, *item = items[pos];
+    while (child < end) {
+        Py_ssize_t right = child + 1;
+        if (right < end) {
+            int less = before(items[child], items[right]);
+            if (less < 0) return -1;
+            if (end != PyList_GET_SIZE(heap)) {
+                PyErr_SetString(PyExc_RuntimeError, "the event heap changed while it was being ordered");
+                return -1;
+            }
+            items = ((PyListObject *)heap)->ob_item;
+            if (!less) child = right;
+        }
+        items[pos] = items[child];
+        pos = child;
+        child = 2 * pos + 1;
+    }
+    items[pos] = item;
+    return sift_down(heap, start, pos);
+}
+
+/* heappush(heap, (when, priority, next(event numbers), event)); steals the reference to ``when``. */
+static int schedule(PyObject *env, PyObject *when, PyObject *priority, PyObject *event) {
+    if (when == NULL) return -1;
+    PyObject *heap = *slot_of(env, heap_offset), *eids = *slot_of(env, eid_offset);
+    if (heap == NULL || !PyList_CheckExact(heap) || eids == NULL) {
+        Py_DECREF(when);
+        PyErr_SetString(PyExc_TypeError, "the environment has no event heap or numbering");
+        return -1;
+    }
+    PyObject *number = Py_TYPE(eids)->tp_iternext(eids);
+    if (number == NULL) {
+        Py_DECREF(when);
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "the event numbering ran out");
+        return -1;
+    }
+    PyObject *entry = PyTuple_Pack(4, when, priority, number, event);
+    Py_DECREF(when);
+    Py_DECREF(number);
+    if (entry == NULL) return -1;
+    int failed = PyList_Append(heap, entry);
+    Py_DECREF(entry);
+    if (failed) return -1;
+    return sift_down(heap, 0, PyList_GET_SIZE(heap) - 1);
+}
+
+/* heappop(heap): a new reference, or NULL with an error set (IndexError when it is empty). */
+static PyObject *pop(PyObject *heap) {
+    Py_ssize_t size = PyList_GET_SIZE(heap);
+    if (size == 0) {
+        PyErr_SetString(PyExc_IndexError, "index out of range");
+        return NULL;
+    }
+    PyObject **items = ((PyListObject *)heap)->ob_item, *last = items[size - 1];
+    Py_INCREF(last);
+    if (PyList_SetSlice(heap, size - 1, size, NULL) < 0) {
+        Py_DECREF(last);
+        return NULL;
+    }
+    if (size == 1) return last;
+    items = ((PyListObject *)heap)->ob_item;
+    PyObject *first = items[0];
+    items[0] = last;   /* the list's reference to the first entry passes to the caller, ours to the last to the list */
+    if (sift_up(heap, 0) < 0) {
+        Py_DECREF(first);
+        return NULL;
+    }
+    return first;
+}
+
+/* The time a wait until ``when`` is scheduled at, as Simulation.drive and fire_at compute it:
+ * now + (when - now), or now if that is not later. A new reference. */
+static PyObject *wait_time(PyObject *env, PyObject *when) {
+    PyObject *now = *(PyObject **)((char *)env + clock_offset);
+    if (now == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "the environment has no clock");
+        return NULL;
+    }
+    if (PyFloat_CheckExact(now) && PyFloat_CheckExact(when)) {
+        double n = PyFloat_AS_DOUBLE(now), delay = PyFloat_AS_DOUBLE(when) - n;
+        if (delay > 0) return PyFloat_FromDouble(n + delay);
+        Py_INCREF(now);
+        return now;
+    }
+    PyObject *delay = PyNumber_Subtract(when, now);
+    if (delay == NULL) return NULL;
+    PyObject *zero = PyLong_FromLong(0);
+    int later = zero == NULL ? -1 : PyObject_RichCompareBool(delay, zero, Py_GT);
+    Py_XDECREF(zero);
+    PyObject *at = later < 0 ? NULL : later ? PyNumber_Add(now, delay) : (Py_INCREF(now), now);
+    Py_DECREF(delay);
+    return at;
+}
+
+/* Driver(env, steps, event, done, callbacks): Simulation.drive's stepping of ``steps``. Called with no
+ * argument from the process that drives, then as the one callback of ``event`` (``callbacks`` is the list
+ * it gets each time, holding this driver); fires ``done`` when the steps return. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *env, *steps, *event, *done, *callbacks;
+} Driver;
+
+static int Driver_traverse(Driver *self, visitproc visit, void *arg) {
+    Py_VISIT(self->env); Py_VISIT(self->steps); Py_VISIT(self->event); Py_VISIT(self->done);
+    Py_VISIT(self->callbacks);
+    return 0;
+}
+
+static int Driver_clear(Driver *self) {
+    Py_CLEAR(self->env); Py_CLEAR(self->steps); Py_CLEAR(self->event); Py_CLEAR(self->done);
+    Py_CLEAR(self->callbacks);
+    return 0;
+}
+
+static void Driver_dealloc(Driver *self) {
+    PyObject_GC_UnTrack(self);
+    Driver_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Driver_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *env, *steps, *event, *done, *callbacks;
+    if (!PyArg_ParseTuple(args, "OOOOO!", &env, &steps, &event, &done, &PyList_Type, &callbacks)) return NULL;
+    if (check_env(env) < 0) return NULL;
+    if (normal_priority == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "simsched._speedups: no event heap bound (bind_events)");
+        return NULL;
+    }
+    if (!PyIter_Check(steps)) {
+        PyErr_SetString(PyExc_TypeError, "Driver: the steps must be an iterator");
+        return NULL;
+    }
+    Driver *self = (Driver *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    Py_INCREF(env); Py_INCREF(steps); Py_INCREF(event); Py_INCREF(done); Py_INCREF(callbacks);
+    self->env = env; self->steps = steps; self->event = event; self->done = done; self->callbacks = callbacks;
+    return (PyObject *)self;
+}
+
+/* The steps returned (when, value): fire ``done`` with value at when, as fire_at does. */
+static int Driver_finish(Driver *self) {
+    PyObject *value = NULL;
+    if (PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_StopIteration)) return -1;
+        PyObject *type, *exc, *tb;
+        PyErr_Fetch(&type, &exc, &tb);
+        PyErr_NormalizeException(&type, &exc, &tb);
+        if (exc != NULL) {
+            value = ((PyStopIterationObject *)exc)->value;
+            Py_XINCREF(value);
+        }
+        Py_XDECREF(type); Py_XDECREF(exc); Py_XDECREF(tb);
+    }
+    if (value == NULL || !PyTuple_Check(value) || PyTuple_GET_SIZE(value) != 2) {
+        PyErr_Format(PyExc_TypeError, "drive: the steps must return (when, value), not %R", value ? value : Py_None);
+        Py_XDECREF(value);
+        return -1;
+    }
+    PyObject *when = PyTuple_GET_ITEM(value, 0), *result = PyTuple_GET_ITEM(value, 1);
+    int failed = PyObject_SetAttr(self->done, str_ok, Py_True) < 0
+                 || PyObject_SetAttr(self->done, str_value, result) < 0
+                 || schedule(self->env, wait_time(self->env, when), normal_priority, self->done) < 0;
+    Py_DECREF(value);
+    return failed ? -1 : 0;
+}
+
+/* One call: take steps until one waits behind a queued event (scheduled on ``event``) or they return. A wait
+ * that ends before every queued event is passed without the queue, numbered as if scheduled, but only when
+ * called as the event's callback (``passed``): from the process, the event that resumed it may have other
+ * callbacks still to run. */
+static unsigned long passes;   /* waits passed without the queue, for the check for signals */
+
+static int Driver_step(Driver *self, int passed) {
+    PyObject *env = self->env;
+    iternextfunc advance = Py_TYPE(self->steps)->tp_iternext;
+    for (;;) {
+        PyObject *when = advance(self->steps);
+        if (when == NULL) return Driver_finish(self);
+        PyObject *at = wait_time(env, when);
+        Py_DECREF(when);
+        if (at == NULL) return -1;
+        PyObject *heap = *slot_of(env, heap_offset);
+        if (heap == NULL || !PyList_CheckExact(heap)) {
+            Py_DECREF(at);
+            PyErr_SetString(PyExc_TypeError, "the environment has no event heap");
+            return -1;
+        }
+        if (passed) {
+            int sooner = 1;
+            if (PyList_GET_SIZE(heap)) {
+                PyObject *first = PyList_GET_ITEM(heap, 0), *t;
+                if (!PyTuple_Check(first) || PyTuple_GET_SIZE(first) < 1) {
+                    Py_DECREF(at);
+                    PyErr_SetString(PyExc_TypeError, "an event heap entry is not a tuple");
+                    return -1;
+                }
+                t = PyTuple_GET_ITEM(first, 0);
+                sooner = PyFloat_CheckExact(at) && PyFloat_CheckExact(t)
+                         ? PyFloat_AS_DOUBLE(at) < PyFloat_AS_DOUBLE(t) : PyObject_RichCompareBool(at, t, Py_LT);
+                if (sooner < 0) {
+                    Py_DECREF(at);
+                    return -1;
+                }
+            }
+            if (sooner) {
+                PyObject *eids = *slot_of(env, eid_offset);
+                PyObject *number = eids == NULL ? NULL : Py_TYPE(eids)->tp_iternext(eids);
+                if (number == NULL) {
+                    Py_DECREF(at);
+                    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "the event numbering ran out");
+                    return -1;
+                }
+                Py_DECREF(number);
+                Py_XSETREF(*(PyObject **)((char *)env + clock_offset), at);
+                if ((++passes & 1023) == 0 && PyErr_CheckSignals() < 0) return -1;   /* a worker alone, for long */
+                continue;
+            }
+        }
+        if (PyObject_SetAttr(self->event, str_callbacks, self->callbacks) < 0) {
+            Py_DECREF(at);
+            return -1;
+        }
+        return schedule(env, at, normal_priority, self->event);
+    }
+}
+
+static PyObject *Driver_call(Driver *self, PyObject *args, PyObject *kwargs) {
+    if ((kwargs != NULL && PyDict_GET_SIZE(kwargs)) || PyTuple_GET_SIZE(args) > 1) {
+        PyErr_SetString(PyExc_TypeError, "Driver takes at most the event that resumes it");
+        return NULL;
+    }
+    if (Driver_step(self, PyTuple_GET_SIZE(args) == 1) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyTypeObject DriverType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "simsched._speedups.Driver",
+    .tp_basicsize = sizeof(Driver),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = PyDoc_STR("Simulation.drive's stepping of a worker's steps, compiled."),
+    .tp_new = Driver_new,
+    .tp_dealloc = (destructor)Driver_dealloc,
+    .tp_traverse = (traverseproc)Driver_traverse,
+    .tp_clear = (inquiry)Driver_clear,
+    .tp_call = (ternaryfunc)Driver_call,
+};
+
+/* SimPy's check after an event's callbacks: a failure nobody defused crashes the run, as a copy of it. */
+static int check_failure(PyObject *event) {
+    PyObject *ok = PyObject_GetAttr(event, str_ok);
+    if (ok == NULL) return -1;
+    int good = PyObject_IsTrue(ok);
+    Py_DECREF(ok);
+    if (good) return good < 0 ? -1 : 0;
+    int defused = PyObject_HasAttr(event, str_defused);
+    if (defused) return 0;
+    PyObject *value = PyObject_GetAttr(event, str_value);
+    if (value == NULL) return -1;
+    PyObject *copy = NULL, *arguments = PyObject_GetAttr(value, str_args);
+    if (arguments != NULL) copy = PyObject_Call((PyObject *)Py_TYPE(value), arguments, NULL);
+    Py_XDECREF(arguments);
+    if (copy != NULL) {
+        PyException_SetCause(copy, value);   /* steals the reference to value */
+        PyErr_SetObject((PyObject *)Py_TYPE(copy), copy);
+        Py_DECREF(copy);
+    } else {
+        Py_DECREF(value);
+    }
+    return -1;
+}
+
+/* run(env, until): Environment.run(until=event), the loop and its steps compiled. */
+static PyObject *run(PyObject *module, PyObject *args) {
+    PyObject *env, *until;
+    if (!PyArg_ParseTuple(args, "OO", &env, &until)) return NULL;
+    if (check_env(env) < 0) return NULL;
+    if (stop_simulation == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "simsched._speedups: no event heap bound (bind_events)");
+        return NULL;
+    }
+    PyObject *callbacks = PyObject_GetAttr(until, str_callbacks);
+    if (callbacks == NULL) return NULL;
+    if (callbacks == Py_None) {   /* already processed */
+        Py_DECREF(callbacks);
+        return PyObject_GetAttr(until, str_value);
+    }
+    PyObject *stop = PyObject_GetAttrString(stop_simulation, "callback");
+    int failed = stop == NULL || PyList_Append(callbacks, stop) < 0;
+    Py_XDECREF(stop);
+    Py_DECREF(callbacks);
+    if (failed) return NULL;
+    for (unsigned long count = 1;; count++) {
+        if ((count & 1023) == 0 && PyErr_CheckSignals() < 0) return NULL;   /* Ctrl-C and SIGTERM reach the run */
+        PyObject *heap = *slot_of(env, heap_offset);
+        if (heap == NULL || !PyList_CheckExact(heap)) {
+            PyErr_SetString(PyExc_TypeError, "the environment has no event heap");
+            return NULL;
+        }
+        if (PyList_GET_SIZE(heap) == 0) {
+            PyErr_Format(PyExc_RuntimeError, "No scheduled events left but \"until\" event was not triggered: %R",
+                         until);
+            return NULL;
+        }
+        PyObject *entry = pop(heap);
+        if (entry == NULL) return NULL;
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 4) {
+            Py_DECREF(entry);
+            PyErr_SetString(PyExc_TypeError, "an event heap entry is not (time, priority, number, event)");
+            return NULL;
+        }
+        PyObject *now = PyTuple_GET_ITEM(entry, 0), *event = PyTuple_GET_ITEM(entry, 3);
+        Py_INCREF(now);
+        Py_XSETREF(*(PyObject **)((char *)env + clock_offset), now);
+        Py_INCREF(event);
+        Py_DECREF(entry);
+        callbacks = PyObject_GetAttr(event, str_callbacks);
+        if (callbacks == NULL || PyObject_SetAttr(event, str_callbacks, Py_None) < 0) {
+            Py_XDECREF(callbacks);
+            Py_DECREF(event);
+            return NULL;
+        }
+        if (!PyList_Check(callbacks)) {
+            PyErr_Format(PyExc_TypeError, "the callbacks of %R are not a list", event);
+            Py_DECREF(callbacks);
+            Py_DECREF(event);
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(callbacks); i++) {
+            PyObject *callback = PyList_GET_ITEM(callbacks, i), *r;
+            Py_INCREF(callback);
+            if (Py_IS_TYPE(callback, &DriverType)) {
+                r = Driver_step((Driver *)callback, 1) < 0 ? NULL : Py_NewRef(Py_None);
+            } else {
+                r = PyObject_CallOneArg(callback, event);
+            }
+            Py_DECREF(callback);
+            if (r != NULL) {
+                Py_DECREF(r);
+                continue;
+            }
+            if (!PyErr_ExceptionMatches(stop_simulation)) {
+                Py_DECREF(callbacks);
+                Py_DECREF(event);
+                return NULL;
+            }
+            /* The run is over: the rest of the callbacks wait on the event, scheduled again first, as SimPy
+             * does; the value is StopSimulation's. */
+            PyObject *type, *exc, *tb, *value = NULL;
+            PyErr_Fetch(&type, &exc, &tb);
+            PyErr_NormalizeException(&type, &exc, &tb);
+            PyObject *rest = PyList_GetSlice(callbacks, i + 1, PyList_GET_SIZE(callbacks));
+            PyObject *urgent = PyLong_FromLong(-1);
+            PyObject *now_again = *(PyObject **)((char *)env + clock_offset);
+            Py_XINCREF(now_again);
+            failed = rest == NULL || urgent == NULL || PyObject_SetAttr(event, str_callbacks, rest) < 0
+                     || schedule(env, now_again, urgent, event) < 0;
+            if (!failed && exc != NULL) {
+                PyObject *arguments = PyObject_GetAttr(exc, str_args);
+                if (arguments != NULL && PyTuple_Check(arguments) && PyTuple_GET_SIZE(arguments) > 0) {
+                    value = Py_NewRef(PyTuple_GET_ITEM(arguments, 0));
+                } else if (arguments != NULL) {
+                    PyErr_SetString(PyExc_IndexError, "tuple index out of range");
+                }
+                Py_XDECREF(arguments);
+            }
+            Py_XDECREF(rest); Py_XDECREF(urgent);
+            Py_XDECREF(type); Py_XDECREF(exc); Py_XDECREF(tb);
+            Py_DECREF(callbacks);
+            Py_DECREF(event);
+            return value;
+        }
+        Py_DECREF(callbacks);
+        failed = check_failure(event) < 0;
+        Py_DECREF(event);
+        if (failed) return NULL;
+    }
+}
+
 static PyMethodDef methods[] = {
     {"bind_clock", bind_clock, METH_O, PyDoc_STR("Read the clock through this slot of the run's environment.")},
+    {"bind_events", bind_events, METH_VARARGS,
+     PyDoc_STR("Use these slots for the event heap and numbering, this NORMAL priority and StopSimulation.")},
+    {"run", run, METH_VARARGS, PyDoc_STR("Environment.run(until=event), compiled.")},
     {NULL, NULL, 0, NULL},
 };
 
@@ -834,11 +1309,17 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__speedups(void) {
-    if (PyType_Ready(&ClaimsType) < 0 || PyType_Ready(&StealsType) < 0) return NULL;
+    if (PyType_Ready(&ClaimsType) < 0 || PyType_Ready(&StealsType) < 0 || PyType_Ready(&DriverType) < 0) return NULL;
+    if ((str_callbacks = PyUnicode_InternFromString("callbacks")) == NULL
+        || (str_ok = PyUnicode_InternFromString("_ok")) == NULL
+        || (str_value = PyUnicode_InternFromString("_value")) == NULL
+        || (str_defused = PyUnicode_InternFromString("_defused")) == NULL
+        || (str_args = PyUnicode_InternFromString("args")) == NULL) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "claims", (PyObject *)&ClaimsType) < 0
-        || PyModule_AddObjectRef(m, "steals", (PyObject *)&StealsType) < 0) {
+        || PyModule_AddObjectRef(m, "steals", (PyObject *)&StealsType) < 0
+        || PyModule_AddObjectRef(m, "Driver", (PyObject *)&DriverType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

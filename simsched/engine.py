@@ -18,6 +18,7 @@ from .instrumentation import loop_slowdowns
 from .locality import DataState
 from .loop import Loop, check_total
 from .machine import Machine, load_machine
+from . import memory
 from .memory import Memory, Wait
 from .noise import Noise
 from .result import SEGMENT_COLUMNS, Result
@@ -58,6 +59,13 @@ class ChunkSink(NamedTuple):
 # The already processed event a passed wait yields: SimPy resumes the process with it at once.
 # Only the worker's own ``yield`` may take it (no condition, no other process).
 PASSED = processed_event()
+
+
+def run_until(env: Environment, until: Event) -> Any:
+    """``env.run(until=until)``: SimPy's loop, or the same loop compiled where ``memory.speedups`` is built."""
+    if memory.speedups is None:
+        return env.run(until=until)
+    return memory.speedups.run(env, until)
 
 
 class Simulation:
@@ -302,6 +310,11 @@ class Simulation:
         env = self.env
         event, done = succeeded(Event(env)), Wait(env)
         callbacks = []  # SimPy takes the list off the event before calling it, so one list serves every wait
+        if memory.speedups is not None:   # the same stepping compiled
+            driver = memory.speedups.Driver(env, steps, event, done, callbacks)
+            callbacks.append(driver)
+            driver()
+            return (yield done)
         advance, queue, eid = steps.__next__, env.heap, env.event_ids
 
         def step(_event=None):
@@ -355,7 +368,7 @@ class Simulation:
         scheduler.setup(self)
         env = self.env
         processes = [env.process(scheduler.worker(self, w)) for w in range(self.threads)]
-        env.run(until=scheduler.completion(self, processes))
+        run_until(env, scheduler.completion(self, processes))
         makespan = float(env.now)
         self.memory.tally(self.counters)
         if self.noise is not None:

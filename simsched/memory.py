@@ -38,9 +38,10 @@ from heapq import heappush, heapreplace
 from typing import Any, Callable
 
 import numpy as np
+from simpy.core import StopSimulation
 from simpy.events import Event
 
-from .simpy_access import clock_slot, fire_at
+from .simpy_access import NORMAL, clock_slot, event_slots, fire_at
 
 # The hottest scheduler loops (the self-scheduling claim, the stealing loop's take from its own
 # queue) issue their line operations inline, exactly as the methods below would, to save a call
@@ -51,15 +52,17 @@ INLINE = True
 
 # The same inline loops compiled (simsched/_speedups.c: the claim, the stealing loop, and iCh's policy), taken
 # where built and INLINE holds (a chunk with data or noise timed by Simulation.chunk_time, as in the Python
-# loops); None where the extension is not built, or to run the Python loops, which are the reference: the
-# tests compare all three ways.
+# loops), and the event loop that steps them (engine.run_until, Simulation.drive), taken wherever built; None
+# where the extension is not built, or to run SimPy's loop and the Python loops, which are the reference: the
+# tests compare all the ways.
 try:
     from . import _speedups as speedups
 except ImportError:
     speedups = None
 else:
-    if hasattr(speedups, "bind_clock"):
+    if hasattr(speedups, "bind_clock") and hasattr(speedups, "bind_events"):
         speedups.bind_clock(clock_slot())  # they read the run's clock where SimPy keeps it
+        speedups.bind_events(*event_slots(), NORMAL, StopSimulation)  # and step its events (engine.run_until)
     else:  # built from an older source: its loops would read the clock where SimPy no longer keeps it here
         import warnings
 

@@ -104,6 +104,11 @@ def clock_slot():
     return vars(Environment)[NOW]
 
 
+def event_slots():
+    """The descriptors of the slots of an ``Environment``'s event heap and numbering, for the compiled event loop."""
+    return vars(Environment)[QUEUE], vars(Environment)[EVENT_IDS]
+
+
 def event_count(env: simpy.Environment) -> int:
     """How many events ``env`` has scheduled (SimPy numbers each); it takes a number too: call it at the end."""
     return next(env._eid)

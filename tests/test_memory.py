@@ -223,11 +223,13 @@ def test_hot_loops_issue_their_line_operations_as_memory_does(monkeypatch, machi
     if locality.compiled is not None:   # the data model's compiled path, then its Python one
         monkeypatch.setattr(locality, "compiled", None)
         assert run() == inline
-    if memory.speedups is not None:     # the compiled loops, then the same loops in Python
+    monkeypatch.setattr(memory, "INLINE", False)   # the Python loops calling every method (in the compiled event loop)
+    assert run() == inline
+    if memory.speedups is not None:     # and in SimPy's own loop
         monkeypatch.setattr(memory, "speedups", None)
         assert run() == inline
-    monkeypatch.setattr(memory, "INLINE", False)
-    assert run() == inline
+        monkeypatch.setattr(memory, "INLINE", True)   # the inline Python loops, in SimPy's loop
+        assert run() == inline
 
 
 def test_the_compiled_loops_are_built():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -154,3 +155,88 @@ def test_compiled_loops_built_from_an_older_source_give_way_to_the_python_loops_
     first, second = run_with_a_stale_extension("_speedups", "memory", "speedups", "uniform:n=100")
     assert first.startswith("True|simsched's compiled loops are out of date")
     assert second == "True"
+
+
+def mixed_run(run_until):
+    """Two SimPy processes with timeouts and a driven worker whose waits tie with theirs: the log of what ran when."""
+    env = simpy_access.Environment()
+    log = []
+
+    def ticker(name, step):
+        for _ in range(4):
+            yield env.timeout(step)
+            log.append((env.now, name, simpy_access.event_count(env)))
+
+    def steps():
+        for when in (1.0, 1.5, 2.0, 2.0, 3.0, 7.5):
+            log.append((env.now, "driven", when))
+            yield when
+        return 8.0, "its value"
+
+    def driven():
+        value = yield from Simulation.drive(type("Sim", (), {"env": env})(), steps())
+        log.append((env.now, "driven returned", value))
+        return value
+
+    env.process(ticker("a", 1.0))
+    env.process(ticker("b", 0.5))
+    main = env.process(driven())
+    value = run_until(env, main)
+    return value, log, simpy_access.event_count(env), env.now
+
+
+@pytest.mark.skipif(memory.speedups is None, reason="the compiled loops are not built")
+def test_the_compiled_event_loop_runs_what_simpy_runs_in_its_order(monkeypatch):
+    from simsched import engine
+    compiled = mixed_run(engine.run_until)
+    monkeypatch.setattr(memory, "speedups", None)
+    reference = mixed_run(engine.run_until)
+    assert compiled == reference
+    value, log, events, now = compiled
+    assert value == "its value" and now == 8.0 and ("driven returned" in {what for _, what, _ in log})
+
+
+@pytest.mark.skipif(memory.speedups is None, reason="the compiled loops are not built")
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_failing_process_ends_the_compiled_run_as_it_ends_simpys(monkeypatch, compiled):
+    from simsched import engine
+    if not compiled:
+        monkeypatch.setattr(memory, "speedups", None)
+    env = simpy_access.Environment()
+
+    def failing():
+        yield env.timeout(2.0)
+        raise ValueError("the worker broke")
+
+    def waiting():
+        yield env.timeout(10.0)
+
+    env.process(failing())
+    with pytest.raises(ValueError, match="the worker broke") as caught:
+        engine.run_until(env, env.process(waiting()))
+    assert isinstance(caught.value.__cause__, ValueError) and env.now == 2.0
+
+
+@pytest.mark.skipif(memory.speedups is None, reason="the compiled loops are not built")
+def test_the_compiled_event_loop_answers_a_signal_while_a_worker_runs_alone():
+    # A worker alone passes its waits without the queue and without a Python frame between them: the loop
+    # must still let Ctrl-C (here an alarm's handler) end the run.
+    import signal
+
+    env = simpy_access.Environment()
+
+    def ring(signum, frame):
+        raise KeyboardInterrupt
+
+    def forever():
+        yield from Simulation.drive(type("Sim", (), {"env": env})(), itertools.count(1.0))
+
+    old = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, 0.2)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            memory.speedups.run(env, env.process(forever()))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert env.now > 1000.0

@@ -155,15 +155,15 @@ typedef struct {
     PyObject *chunk_time; /* Simulation.chunk_time for chunks that are not plain (data, noise); NULL: plain */
     Py_buffer prefix;
     int has_prefix;
-    long long full;
+    long long full, w, loop;
     double dispatch, slow;
 } Sink;
 
 static int Sink_init(Sink *sink, long long w, long long index, PyObject *prefix, double dispatch,
                      PyObject *pending, double slow, PyObject *flush, long long full, PyObject *mark,
                      PyObject *chunk_time) {
-    if (!PyList_Check(pending)) {
-        PyErr_SetString(PyExc_TypeError, "pending must be a list");
+    if (!PyByteArray_Check(pending)) {
+        PyErr_SetString(PyExc_TypeError, "pending must be a bytearray");
         return -1;
     }
     if (PyObject_GetBuffer(prefix, &sink->prefix, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
@@ -182,6 +182,7 @@ static int Sink_init(Sink *sink, long long w, long long index, PyObject *prefix,
         sink->chunk_time = chunk_time;
     }
     sink->full = full; sink->dispatch = dispatch; sink->slow = slow;
+    sink->w = w; sink->loop = index;
     return 0;
 }
 
@@ -210,15 +211,12 @@ static int Sink_record(Sink *sink, long long lo, long long hi, double t, double 
         Py_DECREF(r);
         if (*work == -1.0 && PyErr_Occurred()) return -1;
     }
-    PyObject *fields[6] = {sink->worker, sink->index, PyLong_FromLongLong(lo), PyLong_FromLongLong(hi),
-                           PyFloat_FromDouble(*start), PyFloat_FromDouble(*start + *work)};
-    int failed = 0;
-    for (int f = 0; f < 6; f++) {
-        if (fields[f] == NULL || (!failed && PyList_Append(sink->pending, fields[f]) < 0)) failed = 1;
-    }
-    for (int f = 2; f < 6; f++) Py_XDECREF(fields[f]);
-    if (failed) return -1;
-    if (PyList_GET_SIZE(sink->pending) >= sink->full) {
+    /* The record as simsched.chunklog.pack_record packs it: six native doubles. */
+    double record[6] = {(double)sink->w, (double)sink->loop, (double)lo, (double)hi, *start, *start + *work};
+    Py_ssize_t filled = PyByteArray_GET_SIZE(sink->pending);
+    if (PyByteArray_Resize(sink->pending, filled + (Py_ssize_t)sizeof(record)) < 0) return -1;
+    memcpy(PyByteArray_AS_STRING(sink->pending) + filled, record, sizeof(record));
+    if (PyByteArray_GET_SIZE(sink->pending) >= sink->full) {
         PyObject *r = PyObject_CallNoArgs(sink->flush);
         if (r == NULL) return -1;
         Py_DECREF(r);
@@ -1010,23 +1008,22 @@ static PyObject *wait_time(PyObject *env, PyObject *when) {
     return at;
 }
 
-/* Driver(env, steps, event, done, callbacks): Simulation.drive's stepping of ``steps``. Called with no
- * argument from the process that drives, then as the one callback of ``event`` (``callbacks`` is the list
- * it gets each time, holding this driver); fires ``done`` when the steps return. */
+/* Driver(env, steps, done): Simulation.drive's stepping of ``steps``. Called with no argument from the
+ * process that drives, then by the event loop as the event of each of its waits: it is its own event on the
+ * heap (its one callback itself, never failed), so a wait costs no event object and no attribute look-up.
+ * Fires ``done`` when the steps return. */
 typedef struct {
     PyObject_HEAD
-    PyObject *env, *steps, *event, *done, *callbacks;
+    PyObject *env, *steps, *done;
 } Driver;
 
 static int Driver_traverse(Driver *self, visitproc visit, void *arg) {
-    Py_VISIT(self->env); Py_VISIT(self->steps); Py_VISIT(self->event); Py_VISIT(self->done);
-    Py_VISIT(self->callbacks);
+    Py_VISIT(self->env); Py_VISIT(self->steps); Py_VISIT(self->done);
     return 0;
 }
 
 static int Driver_clear(Driver *self) {
-    Py_CLEAR(self->env); Py_CLEAR(self->steps); Py_CLEAR(self->event); Py_CLEAR(self->done);
-    Py_CLEAR(self->callbacks);
+    Py_CLEAR(self->env); Py_CLEAR(self->steps); Py_CLEAR(self->done);
     return 0;
 }
 
@@ -1037,8 +1034,8 @@ static void Driver_dealloc(Driver *self) {
 }
 
 static PyObject *Driver_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    PyObject *env, *steps, *event, *done, *callbacks;
-    if (!PyArg_ParseTuple(args, "OOOOO!", &env, &steps, &event, &done, &PyList_Type, &callbacks)) return NULL;
+    PyObject *env, *steps, *done;
+    if (!PyArg_ParseTuple(args, "OOO", &env, &steps, &done)) return NULL;
     if (check_env(env) < 0) return NULL;
     if (normal_priority == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "simsched._speedups: no event heap bound (bind_events)");
@@ -1050,8 +1047,8 @@ static PyObject *Driver_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     }
     Driver *self = (Driver *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
-    Py_INCREF(env); Py_INCREF(steps); Py_INCREF(event); Py_INCREF(done); Py_INCREF(callbacks);
-    self->env = env; self->steps = steps; self->event = event; self->done = done; self->callbacks = callbacks;
+    Py_INCREF(env); Py_INCREF(steps); Py_INCREF(done);
+    self->env = env; self->steps = steps; self->done = done;
     return (PyObject *)self;
 }
 
@@ -1082,10 +1079,10 @@ static int Driver_finish(Driver *self) {
     return failed ? -1 : 0;
 }
 
-/* One call: take steps until one waits behind a queued event (scheduled on ``event``) or they return. A wait
- * that ends before every queued event is passed without the queue, numbered as if scheduled, but only when
- * called as the event's callback (``passed``): from the process, the event that resumed it may have other
- * callbacks still to run. */
+/* One call: take steps until one waits behind a queued event (scheduled with this driver as its event) or
+ * they return. A wait that ends before every queued event is passed without the queue, numbered as if
+ * scheduled, but only when called by the event loop (``passed``): from the process, the event that resumed
+ * it may have other callbacks still to run. */
 static unsigned long passes;   /* waits passed without the queue, for the check for signals */
 
 static int Driver_step(Driver *self, int passed) {
@@ -1134,11 +1131,7 @@ static int Driver_step(Driver *self, int passed) {
                 continue;
             }
         }
-        if (PyObject_SetAttr(self->event, str_callbacks, self->callbacks) < 0) {
-            Py_DECREF(at);
-            return -1;
-        }
-        return schedule(env, at, normal_priority, self->event);
+        return schedule(env, at, normal_priority, (PyObject *)self);
     }
 }
 
@@ -1151,6 +1144,18 @@ static PyObject *Driver_call(Driver *self, PyObject *args, PyObject *kwargs) {
     Py_RETURN_NONE;
 }
 
+/* What SimPy's own step reads of an event, should a driver's wait be popped there: its one callback
+ * (itself), which it keeps, and that it never fails. */
+static PyObject *Driver_callbacks(Driver *self, void *closure) { return Py_BuildValue("[O]", (PyObject *)self); }
+static int Driver_keep_callbacks(Driver *self, PyObject *value, void *closure) { return 0; }
+static PyObject *Driver_ok(Driver *self, void *closure) { Py_RETURN_TRUE; }
+
+static PyGetSetDef Driver_getset[] = {
+    {"callbacks", (getter)Driver_callbacks, (setter)Driver_keep_callbacks, NULL, NULL},
+    {"_ok", (getter)Driver_ok, NULL, NULL, NULL},
+    {NULL},
+};
+
 static PyTypeObject DriverType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "simsched._speedups.Driver",
@@ -1162,6 +1167,7 @@ static PyTypeObject DriverType = {
     .tp_traverse = (traverseproc)Driver_traverse,
     .tp_clear = (inquiry)Driver_clear,
     .tp_call = (ternaryfunc)Driver_call,
+    .tp_getset = Driver_getset,
 };
 
 /* SimPy's check after an event's callbacks: a failure nobody defused crashes the run, as a copy of it. */
@@ -1232,6 +1238,12 @@ static PyObject *run(PyObject *module, PyObject *args) {
         Py_XSETREF(*(PyObject **)((char *)env + clock_offset), now);
         Py_INCREF(event);
         Py_DECREF(entry);
+        if (Py_IS_TYPE(event, &DriverType)) {   /* a driven worker's wait */
+            failed = Driver_step((Driver *)event, 1) < 0;
+            Py_DECREF(event);
+            if (failed) return NULL;
+            continue;
+        }
         callbacks = PyObject_GetAttr(event, str_callbacks);
         if (callbacks == NULL || PyObject_SetAttr(event, str_callbacks, Py_None) < 0) {
             Py_XDECREF(callbacks);
@@ -1247,11 +1259,7 @@ static PyObject *run(PyObject *module, PyObject *args) {
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(callbacks); i++) {
             PyObject *callback = PyList_GET_ITEM(callbacks, i), *r;
             Py_INCREF(callback);
-            if (Py_IS_TYPE(callback, &DriverType)) {
-                r = Driver_step((Driver *)callback, 1) < 0 ? NULL : Py_NewRef(Py_None);
-            } else {
-                r = PyObject_CallOneArg(callback, event);
-            }
+            r = PyObject_CallOneArg(callback, event);
             Py_DECREF(callback);
             if (r != NULL) {
                 Py_DECREF(r);
@@ -1319,7 +1327,8 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "claims", (PyObject *)&ClaimsType) < 0
         || PyModule_AddObjectRef(m, "steals", (PyObject *)&StealsType) < 0
-        || PyModule_AddObjectRef(m, "Driver", (PyObject *)&DriverType) < 0) {
+        || PyModule_AddObjectRef(m, "Driver", (PyObject *)&DriverType) < 0
+        || PyModule_AddIntConstant(m, "INTERFACE", 2) < 0) {
         Py_DECREF(m);
         return NULL;
     }

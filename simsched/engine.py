@@ -50,8 +50,8 @@ class ChunkSink(NamedTuple):
     prefix: Callable[[int], float]      # prefix(i): the summed cost of the loop's iterations [0, i)
     slow: float                         # the worker's time per ns of work in this loop
     plain: bool                         # no data, no noise: a chunk costs its compute alone
-    pending: list                       # the chunk log's pending fields, six per chunk
-    full: int                           # how many fields ``pending`` holds when it is to be flushed
+    pending: bytearray                  # the chunk log's pending records (chunklog.pack_record)
+    full: int                           # how many bytes ``pending`` holds when it is to be flushed
     flush: Callable[[], None]           # moves ``pending`` into the chunk table
     mark: Callable[[tuple], None] | None  # takes a scheduling segment, with a timeline (None without)
 
@@ -239,8 +239,8 @@ class Simulation:
 
         Returns a ``ChunkSink`` ``(prefix, slow, plain, pending, full, flush, mark)``: a chunk [lo, hi) costs
         ``(prefix(hi) - prefix(lo)) * slow`` when ``plain`` (no data, no noise; else
-        ``chunk_time``); its (worker, loop, lo, hi, start, end) goes onto ``pending``, with
-        ``flush()`` once that holds ``full`` fields; ``mark``, when set, takes its scheduling
+        ``chunk_time``); its (worker, loop, lo, hi, start, end) goes onto ``pending`` as
+        ``chunklog.pack_record`` packs it, with ``flush()`` once that holds ``full`` bytes; ``mark``, when set, takes its scheduling
         segment. The loop accounts the time itself. Only for loops whose chunks all end before
         the run can (those of a full barrier's loop): ``last`` is left alone.
         """
@@ -308,13 +308,12 @@ class Simulation:
         this worker's can happen.
         """
         env = self.env
-        event, done = succeeded(Event(env)), Wait(env)
-        callbacks = []  # SimPy takes the list off the event before calling it, so one list serves every wait
-        if memory.speedups is not None:   # the same stepping compiled
-            driver = memory.speedups.Driver(env, steps, event, done, callbacks)
-            callbacks.append(driver)
-            driver()
+        done = Wait(env)
+        if memory.speedups is not None:   # the same stepping compiled, the driver the event of each wait
+            memory.speedups.Driver(env, steps, done)()
             return (yield done)
+        event = succeeded(Event(env))
+        callbacks = []  # SimPy takes the list off the event before calling it, so one list serves every wait
         advance, queue, eid = steps.__next__, env.heap, env.event_ids
 
         def step(_event=None):

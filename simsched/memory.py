@@ -60,10 +60,10 @@ try:
 except ImportError:
     speedups = None
 else:
-    if hasattr(speedups, "bind_clock") and hasattr(speedups, "bind_events"):
+    if getattr(speedups, "INTERFACE", None) == 2:
         speedups.bind_clock(clock_slot())  # they read the run's clock where SimPy keeps it
         speedups.bind_events(*event_slots(), NORMAL, StopSimulation)  # and step its events (engine.run_until)
-    else:  # built from an older source: its loops would read the clock where SimPy no longer keeps it here
+    else:  # built from an older source: its loops take other arguments, or read the clock elsewhere
         import warnings
 
         warnings.warn("simsched's compiled loops are out of date (rebuild them: pip install -e .); "

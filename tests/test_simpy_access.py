@@ -189,6 +189,8 @@ def mixed_run(run_until):
 def test_the_compiled_event_loop_runs_what_simpy_runs_in_its_order(monkeypatch):
     from simsched import engine
     compiled = mixed_run(engine.run_until)
+    # A compiled driver's waits popped by SimPy's own loop (a driver is the event of its waits).
+    assert mixed_run(lambda env, until: env.run(until=until)) == compiled
     monkeypatch.setattr(memory, "speedups", None)
     reference = mixed_run(engine.run_until)
     assert compiled == reference

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import memory as memory_module
+from ..chunklog import pack_record
 from ..errors import SimschedError
 from ..spec import Param
 from .base import STEALING_COUNTERS, Steps, block, default_grain
@@ -263,7 +264,7 @@ def index_claim_steps(sim, w, index, line, ranges, inline):
             lo, hi = ranges[i]
         start = t + dispatch
         work = (prefix(hi) - prefix(lo)) * slow if plain else sim.chunk_time(w, index, lo, hi, start)
-        pending += (w, index, lo, hi, start, start + work)
+        pending += pack_record(w, index, lo, hi, start, start + work)
         if len(pending) >= full:
             flush()
         if mark is not None and start > now:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from functools import partial
 
 from .. import memory as memory_module
+from ..chunklog import pack_record
 from ..spec import Param
 from .base import STEALING_COUNTERS, block
 from .static import BARRIER_PARAM, FullBarriers
@@ -175,7 +176,7 @@ class Stealing(FullBarriers):
                     now, start = env.clock, t + dispatch
                     work = (prefix(hi) - prefix(lo)) * slow if plain else sim.chunk_time(w, index, lo, hi, start)
                     end = start + work
-                    pending += (w, index, lo, hi, start, end)
+                    pending += pack_record(w, index, lo, hi, start, end)
                     if len(pending) >= full:
                         flush()
                     scheduling[w] += start - now

@@ -13,6 +13,7 @@
 #include <Python.h>
 
 #include <structmember.h>
+#include <stdint.h>
 
 /* The simulation clock: a slot of the run's environment (simsched.simpy_access.Environment), which
  * simsched.memory hands to ``bind_clock`` as the module is imported. */
@@ -259,16 +260,16 @@ static void Claims_dealloc(Claims *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Memory.exchange's locked fetch-and-add of ``add`` on ``line`` by core w at ``now`` (no lost
- * reservations: the callers leave machines with reservation atomics to the Python method). The
- * old value goes to *old, the completion to *done; a transfer of the line counts in *transfers.
- * ``into`` is the transfer time of a line from each core to w. */
-static int fetch_add(PyObject *line, long long w, PyObject *worker, long long add, double now, PyObject *into,
-                     double atomic_ns, PyObject *notify, long long *old, double *done, long long *transfers) {
+/* What every exclusive operation of Memory.exchange does first (no lost reservations: the callers leave
+ * machines with reservation atomics to the Python methods): bring ``line`` to core w from ``at`` on, a
+ * transfer from its holder counted in *transfers. *start is when the core has it. ``into`` is the transfer
+ * time of a line from each core to w. */
+static int acquire(PyObject *line, long long w, PyObject *worker, double at, PyObject *into, double *start,
+                   long long *transfers) {
     double free, t;
     long long holder;
     if (field_double(line, FREE_AT, &free) < 0 || field_long(line, HOLDER, &holder) < 0) return -1;
-    t = free > now ? free : now;
+    t = free > at ? free : at;
     if (holder != w) {
         *transfers += 1;
         if (holder < 0 || holder >= PyList_GET_SIZE(into)) {
@@ -287,12 +288,26 @@ static int fetch_add(PyObject *line, long long w, PyObject *worker, long long ad
         if (size < 0) return -1;
         if (size > 1 && set_field(line, SHARERS, set_of(worker)) < 0) return -1;
     }
-    t += atomic_ns;
-    if (field_long(line, VALUE, old) < 0) return -1;
-    if (set_field(line, VALUE, PyLong_FromLongLong(*old + add)) < 0 || written(line, t) < 0) return -1;
-    *done = t;
-    if (notify_spinners(line, worker, notify) < 0) return -1;
+    *start = t;
     return 0;
+}
+
+/* The rest of Memory.exchange once the core has the line from ``start``: write ``value`` (a new reference,
+ * taken over); *done is the completion. */
+static int exchanged(PyObject *line, PyObject *worker, PyObject *value, double start, double atomic_ns,
+                     PyObject *notify, double *done) {
+    double t = start + atomic_ns;
+    if (set_field(line, VALUE, value) < 0 || written(line, t) < 0) return -1;
+    *done = t;
+    return notify_spinners(line, worker, notify);
+}
+
+/* Memory.fetch_add of ``add`` on ``line`` by core w at ``now``: the old value to *old, the completion to *done. */
+static int fetch_add(PyObject *line, long long w, PyObject *worker, long long add, double now, PyObject *into,
+                     double atomic_ns, PyObject *notify, long long *old, double *done, long long *transfers) {
+    double start;
+    if (acquire(line, w, worker, now, into, &start, transfers) < 0 || field_long(line, VALUE, old) < 0) return -1;
+    return exchanged(line, worker, PyLong_FromLongLong(*old + add), start, atomic_ns, notify, done);
 }
 
 static PyObject *Claims_next(Claims *self) {
@@ -482,12 +497,13 @@ static int store_line(PyObject *line, long long w, PyObject *worker, PyObject *v
     return 0;
 }
 
-/* Memory.read of ``line`` by core w issued at ``at``: its value to *value, its completion to *done; a
- * transfer counts in *transfers. ``into`` and ``lat``: the transfer time and latency from each core to w. */
-static int read_line(PyObject *line, long long w, PyObject *worker, double at, PyObject *into, PyObject *lat,
-                     long long *value, double *done, long long *transfers) {
+/* Memory.read of ``line`` by core w issued at ``at``: its value to *value (borrowed), its completion to
+ * *done; a transfer counts in *transfers. ``into`` and ``lat``: the transfer time and latency from each core
+ * to w. */
+static int read_value(PyObject *line, long long w, PyObject *worker, double at, PyObject *into, PyObject *lat,
+                      PyObject **value, double *done, long long *transfers) {
     double free;
-    if (field_double(line, FREE_AT, &free) < 0 || field_long(line, VALUE, value) < 0) return -1;
+    if (field_double(line, FREE_AT, &free) < 0 || (*value = field(line, VALUE)) == NULL) return -1;
     double start = free > at ? free : at;
     PyObject *sharers = field(line, SHARERS);
     if (sharers == NULL) return -1;
@@ -510,6 +526,14 @@ static int read_line(PyObject *line, long long w, PyObject *worker, double at, P
     return 0;
 }
 
+/* read_value of a line holding an int. */
+static int read_line(PyObject *line, long long w, PyObject *worker, double at, PyObject *into, PyObject *lat,
+                     long long *value, double *done, long long *transfers) {
+    PyObject *found;
+    if (read_value(line, w, worker, at, into, lat, &found, done, transfers) < 0) return -1;
+    return as_long(found, value);
+}
+
 /* ICh.report: worker w finished a chunk of ``size``; store its k on its own counter line at the current
  * time and, every ``every`` chunks, read every counter (Memory.read_all) and adapt d against the mean.
  * Sets *t to when it is done. */
@@ -530,21 +554,27 @@ static int Adaptive_report(Adaptive *ich, PyObject *env, long long w, PyObject *
     double at = *t, done = at;
     long long total = 0, flying = 0;
     Py_ssize_t lines = PyList_GET_SIZE(ich->counter);
+    double *flight = ich->flight;   /* a min-heap of the completions in flight, as read_all's */
     for (Py_ssize_t j = 0; j < lines; j++) {
-        long long value, slot = flying;
-        double issue = at, got;
-        if (flying == ich->overlap) {   /* issued when the earliest read in flight is done */
-            slot = 0;
-            for (long long f = 1; f < flying; f++)
-                if (ich->flight[f] < ich->flight[slot]) slot = f;
-            issue = ich->flight[slot];
-        } else {
-            flying += 1;
-        }
+        long long value;
+        double issue = flying == ich->overlap ? flight[0] : at, got;   /* full: when the earliest is done */
         if (read_line(PyList_GET_ITEM(ich->counter, j), w, worker, issue, ich->into, ich->lat, &value, &got,
                       transfers) < 0)
             return -1;
-        ich->flight[slot] = got;
+        long long pos;
+        if (flying < ich->overlap) {   /* heappush */
+            for (pos = flying++; pos > 0 && got < flight[(pos - 1) / 2]; pos = (pos - 1) / 2)
+                flight[pos] = flight[(pos - 1) / 2];
+        } else {                       /* heapreplace */
+            pos = 0;
+            for (long long child = 1; child < flying; child = 2 * pos + 1) {
+                if (child + 1 < flying && flight[child + 1] < flight[child]) child += 1;
+                if (!(flight[child] < got)) break;
+                flight[pos] = flight[child];
+                pos = child;
+            }
+        }
+        flight[pos] = got;
         total += value;
         if (got > done) done = got;
     }
@@ -583,13 +613,115 @@ static PyObject *Adaptive_bounds(Adaptive *ich, long long w, long long begin, lo
 /* The chunked-stealing loop (simsched.schedulers.stealing.Stealing.steps): the owner's take from its own
  * queue and its chunks in C; the rest (a take after a thief touched the queue, a steal attempt,
  * the policy's hooks) calls back into the scheduler's Python. */
+/* numpy.random's bit generators, as numpy/random/bitgen.h declares them (their C interface: a bit
+ * generator's ``capsule``). */
+typedef struct {
+    void *state;
+    uint64_t (*next_uint64)(void *st);
+    uint32_t (*next_uint32)(void *st);
+    double (*next_double)(void *st);
+    uint64_t (*next_raw)(void *st);
+} bitgen_t;
+
+/* Generator.integers(n) for 1 <= n < 2**32, drawn as numpy draws it (Lemire's method on the bit generator's
+ * 32-bit draws), so the run's stream is the same whichever side draws. */
+static long long draw_below(bitgen_t *bitgen, uint32_t n) {
+    if (n == 1) return 0;   /* a range of one value: numpy returns it without a draw */
+    uint64_t m = (uint64_t)bitgen->next_uint32(bitgen->state) * n;
+    uint32_t leftover = (uint32_t)m;
+    if (leftover < n) {
+        uint32_t threshold = (UINT32_MAX - (n - 1)) % n;
+        while (leftover < threshold) {
+            m = (uint64_t)bitgen->next_uint32(bitgen->state) * n;
+            leftover = (uint32_t)m;
+        }
+    }
+    return (long long)(m >> 32);
+}
+
+/* draws(bit_generator, n, count): ``count`` victims drawn below n as a thief draws them, for their check
+ * against Generator.integers. */
+static PyObject *draws(PyObject *module, PyObject *args) {
+    PyObject *generator;
+    long long n, count;
+    if (!PyArg_ParseTuple(args, "OLL", &generator, &n, &count)) return NULL;
+    if (n < 1 || n > (long long)UINT32_MAX || count < 0) {
+        PyErr_SetString(PyExc_ValueError, "draws: n must lie in [1, 2**32) and count be >= 0");
+        return NULL;
+    }
+    PyObject *capsule = PyObject_GetAttrString(generator, "capsule");
+    if (capsule == NULL) return NULL;
+    bitgen_t *bitgen = PyCapsule_GetPointer(capsule, "BitGenerator");
+    Py_DECREF(capsule);
+    if (bitgen == NULL) return NULL;
+    PyObject *out = PyList_New((Py_ssize_t)count);
+    for (long long i = 0; out != NULL && i < count; i++) {
+        PyObject *v = PyLong_FromLongLong(draw_below(bitgen, (uint32_t)n));
+        if (v == NULL) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, (Py_ssize_t)i, v);
+    }
+    return out;
+}
+
+/* What a thief needs to take its steal attempts itself (Stealing.attempt and Stealing.steal): the run's bit
+ * generator, every queue's lock and bounds lines, the transfer time and latency of a line from each core to
+ * this one, the smallest half worth stealing (``least``: a number, or ``least(w)`` to call), and what a
+ * successful attempt calls to finish the steal (``split(v, value, t)``: (stolen, when done)). */
+typedef struct {
+    PyObject *generator, *locks, *queues, *into, *lat, *least, *split, *notify, *one;
+    bitgen_t *bitgen;
+    long long least_value;   /* -1: call least */
+} Thief;
+
+static void Thief_clear(Thief *thief) {
+    Py_XDECREF(thief->generator); Py_XDECREF(thief->locks); Py_XDECREF(thief->queues); Py_XDECREF(thief->into);
+    Py_XDECREF(thief->lat); Py_XDECREF(thief->least); Py_XDECREF(thief->split); Py_XDECREF(thief->notify);
+    Py_XDECREF(thief->one);
+}
+
+static int Thief_init(Thief *thief, PyObject *spec, long long threads) {
+    PyObject *generator, *locks, *queues, *into, *lat, *least, *split, *notify;
+    if (!PyArg_ParseTuple(spec, "OOOOOOOO:thief", &generator, &locks, &queues, &into, &lat, &least, &split, &notify))
+        return -1;
+    if (!PyList_Check(locks) || !PyList_Check(queues) || !PyList_Check(into) || !PyList_Check(lat)
+        || PyList_GET_SIZE(locks) != threads || PyList_GET_SIZE(queues) != threads) {
+        PyErr_SetString(PyExc_TypeError, "thief: locks, queues, into and lat must be lists, a lock and queue a thread");
+        return -1;
+    }
+    if (threads < 1 || threads - 1 > (long long)UINT32_MAX) {   /* one thread alone never steals */
+        PyErr_SetString(PyExc_ValueError, "thief: victims are drawn among 1 to 2**32 - 1 other threads");
+        return -1;
+    }
+    PyObject *capsule = PyObject_GetAttrString(generator, "capsule");
+    if (capsule == NULL) return -1;
+    thief->bitgen = PyCapsule_GetPointer(capsule, "BitGenerator");
+    Py_DECREF(capsule);
+    if (thief->bitgen == NULL) return -1;
+    thief->least_value = -1;
+    if (PyLong_Check(least) && as_long(least, &thief->least_value) < 0) return -1;
+    if ((thief->one = PyLong_FromLong(1)) == NULL) return -1;
+    PyObject **fields[] = {&thief->generator, &thief->locks, &thief->queues, &thief->into, &thief->lat, &thief->least,
+                           &thief->split, &thief->notify};
+    PyObject *values[] = {generator, locks, queues, into, lat, least, split, notify};
+    for (size_t f = 0; f < sizeof(values) / sizeof(values[0]); f++) {
+        Py_INCREF(values[f]);
+        *fields[f] = values[f];
+    }
+    for (long long v = 0; v < threads; v++)
+        if (bind_line(PyList_GET_ITEM(locks, v)) < 0 || bind_line(PyList_GET_ITEM(queues, v)) < 0) return -1;
+    return 0;
+}
+
 typedef struct {
     PyObject_HEAD
     Sink sink;
     PyObject *env, *lock, *queue, *zero, *chunk_size, *extra, *report, *take, *attempt, *charged, *finish;
+    PyObject *steal_times, *last, *steal;   /* Simulation.charged's tables for an attempt's time (NULL: call it) */
     PyObject *scheduling, *computing;
     Adaptive ich;
     int adaptive;
+    Thief thief;
+    int thieving;   /* whether the attempts are taken here (thief), or by calling attempt */
     long long w, threads, fixed, give_up;
     double atomic_ns, store_ns;
     long long size, failures, chunks, attempts, steals, atomics, transfers;
@@ -602,7 +734,9 @@ static void Steals_dealloc(Steals *self) {
     Py_XDECREF(self->chunk_size); Py_XDECREF(self->extra); Py_XDECREF(self->report); Py_XDECREF(self->take);
     Py_XDECREF(self->attempt); Py_XDECREF(self->charged); Py_XDECREF(self->finish);
     Py_XDECREF(self->scheduling); Py_XDECREF(self->computing);
+    Py_XDECREF(self->steal_times); Py_XDECREF(self->last); Py_XDECREF(self->steal);
     Adaptive_clear(&self->ich);
+    Thief_clear(&self->thief);
     Sink_clear(&self->sink);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -701,6 +835,49 @@ static int own_take(Steals *self, long long *lo, long long *hi) {
     return 0;
 }
 
+/* One steal attempt at self->t after self->failures failed ones in a row, as Stealing.attempt takes it: the
+ * first P - 1 victims drawn at random, then each other queue in turn. *got: the iterations stolen; self->t:
+ * when the thief is done. A failed attempt is taken here whole; a successful one calls split to finish. */
+static int Steals_attempt(Steals *self, long long *got) {
+    Thief *thief = &self->thief;
+    long long w = self->w, patience = self->threads - 1, v, begin, end;
+    if (self->failures < patience) {
+        v = draw_below(thief->bitgen, (uint32_t)patience);
+        v += v >= w;
+    } else {
+        v = (w + 1 + self->failures - patience) % self->threads;
+    }
+    PyObject *lock = PyList_GET_ITEM(thief->locks, v), *queue = PyList_GET_ITEM(thief->queues, v), *value;
+    PyObject *worker = self->sink.worker;
+    double t;
+    self->atomics += 1;
+    if (acquire(lock, w, worker, self->t, thief->into, &t, &self->transfers) < 0
+        || exchanged(lock, worker, Py_NewRef(thief->one), t, self->atomic_ns, thief->notify, &t) < 0
+        || read_value(queue, w, worker, t, thief->into, thief->lat, &value, &t, &self->transfers) < 0)
+        return -1;
+    if (!PyTuple_Check(value) || PyTuple_GET_SIZE(value) < 2) {
+        PyErr_SetString(PyExc_TypeError, "a queue line's value must be a tuple (begin, end, ...)");
+        return -1;
+    }
+    if (as_long(PyTuple_GET_ITEM(value, 0), &begin) < 0 || as_long(PyTuple_GET_ITEM(value, 1), &end) < 0) return -1;
+    long long span = end - begin, half = span / 2 - (span % 2 < 0), least = thief->least_value;   /* floor, as // */
+    if (least < 0) {
+        PyObject *r = PyObject_CallOneArg(thief->least, worker);
+        int failed = as_long(r, &least);
+        Py_XDECREF(r);
+        if (failed) return -1;
+    }
+    if (half < least) {
+        *got = 0;
+        return store_line(lock, w, worker, Py_NewRef(self->zero), t, self->store_ns, thief->notify, &self->t);
+    }
+    PyObject *r = PyObject_CallFunction(thief->split, "LOd", v, value, t);
+    if (r == NULL) return -1;
+    int ok = PyArg_ParseTuple(r, "Ld", got, &self->t);
+    Py_DECREF(r);
+    return ok ? 0 : -1;
+}
+
 static PyObject *Steals_next(Steals *self) {
     if (self->done) return NULL;
     if (self->after_attempt) {
@@ -748,12 +925,16 @@ static PyObject *Steals_next(Steals *self) {
         if (self->threads == 1) return Steals_finish(self);
         /* One steal attempt, folded into the same wait as the failed take before it, if any. */
         self->attempts += 1;
-        PyObject *r = PyObject_CallFunction(self->attempt, "Ld", self->failures, self->t);
-        if (r == NULL) return NULL;
         long long got;
-        int ok = PyArg_ParseTuple(r, "Ld", &got, &self->t);
-        Py_DECREF(r);
-        if (!ok) return NULL;
+        if (self->thieving) {
+            if (Steals_attempt(self, &got) < 0) return NULL;
+        } else {
+            PyObject *r = PyObject_CallFunction(self->attempt, "Ld", self->failures, self->t);
+            if (r == NULL) return NULL;
+            int ok = PyArg_ParseTuple(r, "Ld", &got, &self->t);
+            Py_DECREF(r);
+            if (!ok) return NULL;
+        }
         if (got) {
             self->steals += 1;
             self->failures = 0;
@@ -762,20 +943,31 @@ static PyObject *Steals_next(Steals *self) {
             self->failures += 1;
         }
         self->after_attempt = 1;
-        return PyObject_CallFunction(self->charged, "Osd", self->sink.worker, "steal", self->t);
+        if (self->steal_times == NULL)
+            return PyObject_CallFunction(self->charged, "Osd", self->sink.worker, "steal", self->t);
+        /* Simulation.charged(w, "steal", t), on its tables */
+        double now;
+        if (clock_now(self->env, &now) < 0) return NULL;
+        if (self->t > now) {
+            if (add_to(self->steal_times, self->w, self->t - now) < 0
+                || PyList_SetItem(self->last, (Py_ssize_t)self->w, Py_BuildValue("((Odd))", self->steal, now, self->t)) < 0)
+                return NULL;
+        }
+        return PyFloat_FromDouble(self->t);
     }
 }
 
 static PyObject *Steals_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     PyObject *env, *lock, *queue, *chunk_size, *extra, *report, *take, *attempt, *charged, *finish;
-    PyObject *scheduling, *computing, *prefix, *pending, *flush, *mark, *adaptive, *chunk_time = NULL;
+    PyObject *scheduling, *computing, *prefix, *pending, *flush, *mark, *adaptive, *thief, *charge;
+    PyObject *chunk_time = NULL;
     long long w, index, threads, give_up, fixed, full;
     double atomic_ns, store_ns, dispatch, slow;
-    if (!PyArg_ParseTuple(args, "OLLLLOOddLOOOOOOOOOOdOdOLOO|O:steals", &env, &w, &index, &threads, &give_up, &lock,
+    if (!PyArg_ParseTuple(args, "OLLLLOOddLOOOOOOOOOOdOdOLOOOO|O:steals", &env, &w, &index, &threads, &give_up, &lock,
                           &queue,
                           &atomic_ns, &store_ns, &fixed, &chunk_size, &extra, &report, &take, &attempt, &charged,
                           &finish, &scheduling, &computing, &prefix, &dispatch, &pending, &slow, &flush, &full,
-                          &mark, &adaptive, &chunk_time))
+                          &mark, &adaptive, &thief, &charge, &chunk_time))
         return NULL;
     if (!PyList_Check(scheduling) || !PyList_Check(computing)) {
         PyErr_SetString(PyExc_TypeError, "steals: the state times must be lists");
@@ -789,7 +981,9 @@ static PyObject *Steals_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         return NULL;
     }
     self->adaptive = adaptive != Py_None;
-    if ((self->adaptive && Adaptive_init(&self->ich, adaptive) < 0) || bind_line(lock) < 0 || bind_line(queue) < 0
+    self->thieving = thief != Py_None;
+    if ((self->adaptive && Adaptive_init(&self->ich, adaptive) < 0)
+        || (self->thieving && Thief_init(&self->thief, thief, threads) < 0) || bind_line(lock) < 0 || bind_line(queue) < 0
         || check_env(env) < 0) {
         Py_DECREF(self);
         return NULL;
@@ -803,6 +997,18 @@ static PyObject *Steals_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     for (size_t f = 0; f < sizeof(values) / sizeof(values[0]); f++) {
         Py_INCREF(values[f]);
         *fields[f] = values[f];
+    }
+    if (charge != Py_None) {
+        PyObject *steal_times, *last;
+        if (!PyArg_ParseTuple(charge, "O!O!:charge", &PyList_Type, &steal_times, &PyList_Type, &last)
+            || PyList_GET_SIZE(steal_times) < threads || PyList_GET_SIZE(last) < threads
+            || (self->steal = PyUnicode_InternFromString("steal")) == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "charge: a time and a last wait for every thread");
+            Py_DECREF(self);
+            return NULL;
+        }
+        Py_INCREF(steal_times); self->steal_times = steal_times;
+        Py_INCREF(last); self->last = last;
     }
     self->w = w; self->threads = threads; self->fixed = fixed; self->give_up = give_up;
     self->atomic_ns = atomic_ns; self->store_ns = store_ns;
@@ -1308,6 +1514,7 @@ static PyMethodDef methods[] = {
     {"bind_events", bind_events, METH_VARARGS,
      PyDoc_STR("Use these slots for the event heap and numbering, this NORMAL priority and StopSimulation.")},
     {"run", run, METH_VARARGS, PyDoc_STR("Environment.run(until=event), compiled.")},
+    {"draws", draws, METH_VARARGS, PyDoc_STR("Victims drawn below n as a compiled thief draws them.")},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1328,7 +1535,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     if (PyModule_AddObjectRef(m, "claims", (PyObject *)&ClaimsType) < 0
         || PyModule_AddObjectRef(m, "steals", (PyObject *)&StealsType) < 0
         || PyModule_AddObjectRef(m, "Driver", (PyObject *)&DriverType) < 0
-        || PyModule_AddIntConstant(m, "INTERFACE", 2) < 0) {
+        || PyModule_AddIntConstant(m, "INTERFACE", 4) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -7,6 +7,7 @@ import pytest
 
 import simsched
 from simsched import SimschedError
+from simsched import memory as memory_module
 from tests.conftest import toy_machine
 
 COUNTERS = {"steal_attempts", "steals", "tasks_created"}
@@ -162,3 +163,17 @@ def test_every_new_scheduler_reports_the_contract_counters(scheduler):
     assert contract <= set(r.counters)
     assert all(r.counters[k] >= 0 for k in contract)
     assert r.counters["steals"] <= r.counters["steal_attempts"]
+
+
+@pytest.mark.skipif(memory_module.speedups is None, reason="the compiled loops are not built")
+@pytest.mark.parametrize("n", [1, 2, 3, 27, 47, 64, 1023, 4095, 16383, 2**31 - 1, 2**31 + 5, 2**32 - 1])
+def test_a_compiled_thief_draws_its_victims_as_the_generator_does(n):
+    # The compiled steal attempts draw from the run's bit generator with numpy's own method, so a run's
+    # stream is the same whether Python or C draws: interleaved, each continues where the other left off.
+    ours, theirs = np.random.default_rng(7), np.random.default_rng(7)
+    drawn, expected = [], []
+    for _ in range(50):
+        drawn += memory_module.speedups.draws(ours.bit_generator, n, 37)
+        drawn.append(int(ours.integers(n)))
+        expected += [int(theirs.integers(n)) for _ in range(38)]
+    assert drawn == expected

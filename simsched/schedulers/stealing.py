@@ -94,6 +94,16 @@ class Stealing(FullBarriers):
         """What the compiled steps need to run this policy's hooks themselves (None: they call them)."""
         return None
 
+    def thief(self, sim, w):
+        """What the compiled steps need to take ``attempt`` themselves, drawing the victims from the run's
+        generator as it would (None: they call it, as where an atomic can lose its reservation)."""
+        mem, policy = sim.memory, type(self)
+        if mem.reservations or policy.attempt is not Stealing.attempt or policy.steal is not Stealing.steal:
+            return None
+        least = self.params["chunk"] if policy.least is Stealing.least else self.least
+        return (sim.rng.bit_generator, self.lock, self.queue, [row[w] for row in mem.transfer],
+                [row[w] for row in mem.lat], least, partial(self.split, sim, w), mem._notify)
+
     # -- the algorithm --------------------------------------------------------------------------
     def share(self, sim, w, index):
         yield from sim.drive(self.steps(sim, w, index))
@@ -118,7 +128,10 @@ class Stealing(FullBarriers):
                                partial(self.take, sim, w), partial(self.attempt, sim, w), sim.charged,
                                partial(self.finished, sim, w), sim.time["schedule"], sim.time["compute"],
                                sim.loops[index].prefix, sim.costs["chunk"], sink.pending, sink.slow, sink.flush,
-                               sink.full, sink.mark, self.adaptive(sim, w), None if sink.plain else sim.chunk_time)
+                               sink.full, sink.mark, self.adaptive(sim, w), self.thief(sim, w),
+                               # an attempt's time charged on charged's own tables, unless it keeps a timeline
+                               (sim.time["steal"], sim.last) if sim.segments is None else None,
+                               None if sink.plain else sim.chunk_time)
 
     def python_steps(self, sim, w, index):
         """``steps`` in Python."""
@@ -254,6 +267,14 @@ class Stealing(FullBarriers):
         half = (end - begin) // 2           # the victim's running chunk is already out of its queue
         if half < self.least(w):
             return 0, mem.store(lock, w, 0, at=t)
+        return self.split(sim, w, v, value, t)
+
+    def split(self, sim, w, v, value, t):
+        """A steal from ``v`` whose queue held ``value`` at ``t``, with its lock held: take the back half."""
+        mem = sim.memory
+        lock, queue = self.lock[v], self.queue[v]
+        begin, end = value[0], value[1]
+        half = (end - begin) // 2
         t = mem.store(queue, w, (begin, end - half) + value[2:], at=t)
         t = mem.store(lock, w, 0, at=t)
         self.stolen(w, value)

@@ -2,6 +2,7 @@
 
 Run:  python benchmarks/bench_speed.py                 # rates, memory of a 10^7-chunk run, the E1 sweep
       python benchmarks/bench_speed.py --sweeps e1,e2,e4   # also the E2 and E4 sweeps (many minutes)
+      python benchmarks/bench_speed.py --events --sweeps none --no-memory   # also events per loop as P grows
       python benchmarks/bench_speed.py --against DIR --sweeps none --no-memory
                                                        # also each family's time a chunk against the
                                                        # checkout in DIR (its extensions built in place)
@@ -115,6 +116,26 @@ def against(other: Path, rounds: int, repeats: int) -> None:
               f"{'yes' if same else 'NO: makespan or events differ'}")
 
 
+# Events of one loop as the thread count grows, 16 iterations a thread (the families of FAMILIES that run on any
+# machine): a family whose events grow faster than P pays for something beyond its chunks.
+SCALING_THREADS = (64, 256, 1024)
+SCALING = ["omp-dynamic:chunk=1", "omp-static", "fg-tree", "cilk", "hybrid", "stealing:chunk=1", "ich"]
+
+
+def events_per_loop() -> None:
+    """Print each family's events for one loop on P = 64, 256, 1,024 threads of a uniform machine."""
+    print(f"events of one loop of 16 iterations a thread on uniform:cores=1024 (P = "
+          f"{', '.join(map(str, SCALING_THREADS))}; the last column: events / P at the largest over the smallest)")
+    for scheduler in SCALING:
+        events = []
+        for threads in SCALING_THREADS:
+            result = simsched.simulate("uniform:cores=1024", scheduler, f"uforall:n={16 * threads}", threads,
+                                       keep_chunks=False)
+            events.append(result.events)
+        growth = (events[-1] / SCALING_THREADS[-1]) / (events[0] / SCALING_THREADS[0])
+        print(f"  {scheduler:<22} " + " ".join(f"{e:>10,}" for e in events) + f"   {growth:6.1f}x")
+
+
 def peak_memory_mib(keep: bool) -> tuple[float, float, int]:
     """Peak resident memory of a fresh process simulating MEMORY_RUN: (MiB, wall seconds, chunks)."""
     code = ("import resource, time, simsched\n"
@@ -134,6 +155,7 @@ def main() -> None:
     parser.add_argument("--no-memory", action="store_true", help="skip the 10^7-chunk memory runs")
     parser.add_argument("--against", type=Path, help="another checkout (extensions built in place) to time against")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds for --against")
+    parser.add_argument("--events", action="store_true", help="also each family's events per loop as P grows")
     args = parser.parse_args()
     if args.repeats < 1 or args.jobs < 1 or args.rounds < 1:
         parser.error("--repeats, --jobs and --rounds must be >= 1")
@@ -156,6 +178,8 @@ def main() -> None:
     print("  (self-scheduling target: <= 0.2 bare events per chunk)")
     if args.against is not None:
         against(args.against.resolve(), args.rounds, args.repeats)
+    if args.events:
+        events_per_loop()
 
     start = time.perf_counter()
     result = simsched.simulate("cell-qs22", "lbs", "uforall:n=1000000,cost_ns=1000", 16)

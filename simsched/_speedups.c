@@ -127,6 +127,16 @@ static PyObject *set_of(PyObject *item) {
     return set;
 }
 
+/* line.sharers = {worker}: the line's own set emptied and refilled where nothing else holds it (no set to
+ * allocate, and nothing can tell), else a new one. */
+static int only_sharer(PyObject *line, PyObject *worker) {
+    PyObject *sharers = field(line, SHARERS);
+    if (sharers == NULL) return -1;
+    if (PySet_CheckExact(sharers) && Py_REFCNT(sharers) == 1)
+        return PySet_Clear(sharers) < 0 || PySet_Add(sharers, worker) < 0 ? -1 : 0;
+    return set_field(line, SHARERS, set_of(worker));
+}
+
 /* Store ``t`` as when the line's last write is done and visible. */
 static int written(PyObject *line, double t) {
     PyObject *tf = PyFloat_FromDouble(t);
@@ -280,13 +290,13 @@ static int acquire(PyObject *line, long long w, PyObject *worker, double at, PyO
         if (as_double(PyList_GET_ITEM(into, holder), &transfer) < 0) return -1;
         t += transfer;
         set_field_ref(line, HOLDER, worker);
-        if (set_field(line, SHARERS, set_of(worker)) < 0) return -1;
+        if (only_sharer(line, worker) < 0) return -1;
     } else {
         PyObject *sharers = field(line, SHARERS);
         if (sharers == NULL) return -1;
         Py_ssize_t size = PySet_Size(sharers);
         if (size < 0) return -1;
-        if (size > 1 && set_field(line, SHARERS, set_of(worker)) < 0) return -1;
+        if (size > 1 && only_sharer(line, worker) < 0) return -1;
     }
     *start = t;
     return 0;
@@ -489,7 +499,7 @@ static int store_line(PyObject *line, long long w, PyObject *worker, PyObject *v
     if (size < 0) return -1;
     if (holder != w || size > 1) {
         set_field_ref(line, HOLDER, worker);
-        if (set_field(line, SHARERS, set_of(worker)) < 0) return -1;
+        if (only_sharer(line, worker) < 0) return -1;
     }
     if (written(line, start) < 0) return -1;
     if (notify_spinners(line, worker, notify) < 0) return -1;
@@ -507,13 +517,16 @@ static int read_value(PyObject *line, long long w, PyObject *worker, double at, 
     double start = free > at ? free : at;
     PyObject *sharers = field(line, SHARERS);
     if (sharers == NULL) return -1;
-    int has = PySet_Contains(sharers, worker);
-    if (has < 0) return -1;
-    if (has) {
+    if (!PySet_Check(sharers)) {
+        PyErr_SetString(PyExc_TypeError, "a line's sharers must be a set");
+        return -1;
+    }
+    Py_ssize_t before_add = PySet_GET_SIZE(sharers);   /* one look-up: the add tells whether it had the core */
+    if (PySet_Add(sharers, worker) < 0) return -1;
+    if (PySet_GET_SIZE(sharers) == before_add) {
         *done = start;
         return 0;
     }
-    if (PySet_Add(sharers, worker) < 0) return -1;
     *transfers += 1;
     long long holder;
     double transfer, latency, seen;

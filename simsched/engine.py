@@ -240,9 +240,10 @@ class Simulation:
         Returns a ``ChunkSink`` ``(prefix, slow, plain, pending, full, flush, mark)``: a chunk [lo, hi) costs
         ``(prefix(hi) - prefix(lo)) * slow`` when ``plain`` (no data, no noise; else
         ``chunk_time``); its (worker, loop, lo, hi, start, end) goes onto ``pending`` as
-        ``chunklog.pack_record`` packs it, with ``flush()`` once that holds ``full`` bytes; ``mark``, when set, takes its scheduling
-        segment. The loop accounts the time itself. Only for loops whose chunks all end before
-        the run can (those of a full barrier's loop): ``last`` is left alone.
+        ``chunklog.pack_record`` packs it, with ``flush()`` once that holds ``full`` bytes;
+        ``mark``, when set, takes its scheduling segment. The loop accounts the time itself. Only
+        for loops whose chunks all end before the run can (those of a full barrier's loop):
+        ``last`` is left alone.
         """
         spec, log = self.loops[loop], self._chunks
         # A memoryview reads one float of the prefix sums at a third of what ndarray.item costs.

@@ -101,9 +101,13 @@ class Memory:
         values, index = np.unique(np.asarray(latency, dtype=float), return_inverse=True)
         latencies = [float(v) for v in values]
         transfers = [x * transfer_fraction for x in latencies]
-        index = index.reshape(np.shape(latency)).tolist()
-        self.lat = [list(map(latencies.__getitem__, row)) for row in index]
-        self.transfer = [list(map(transfers.__getitem__, row)) for row in index]
+        index = index.reshape(np.shape(latency))
+        rows = index.tolist()
+        self.lat = [list(map(latencies.__getitem__, row)) for row in rows]
+        self.transfer = [list(map(transfers.__getitem__, row)) for row in rows]
+        # Each core's column of both (what a line costs from every core to it), made when first asked for.
+        self._columns = (index, latencies, transfers)
+        self._to: dict[tuple[int, int], list[float]] = {}
         # Each core's hold window: how long a line stays with it after its own exclusive operation on it
         # when other cores want it. A transfer is a request reaching the holder, then the line reaching
         # the requester; the model splits it evenly, so no request can take the line sooner than half
@@ -123,6 +127,21 @@ class Memory:
         self.transfers = 0
         self.cas_failures = 0
         self.lost_reservations = 0
+
+    def latencies_to(self, core: int) -> list[float]:
+        """``[row[core] for row in self.lat]``: the latency from each core to ``core``, made once a run."""
+        return self._column(0, core)
+
+    def transfers_to(self, core: int) -> list[float]:
+        """``[row[core] for row in self.transfer]``: a line's transfer from each core to ``core``, made once a run."""
+        return self._column(1, core)
+
+    def _column(self, which: int, core: int) -> list[float]:
+        column = self._to.get((which, core))
+        if column is None:
+            index, *values = self._columns
+            column = self._to[which, core] = list(map(values[which].__getitem__, index[:, core].tolist()))
+        return column
 
     # The counters the memory model adds to a run's (the schedulers' own come on top).
     COUNTERS = ("atomics", "transfers", "cas_failures", "lost_reservations")

@@ -270,3 +270,12 @@ def test_a_policy_that_overrides_ichs_hooks_is_not_run_by_the_compiled_copy():
         policy.setup(sim)
         policy.prepare(sim, 0)
         assert (policy.adaptive(sim, 0) is not None) is compiled
+
+
+def test_a_cores_columns_are_its_column_of_the_tables_and_made_once():
+    # An asymmetric table, so a row would not pass for a column.
+    latency = [[0.0, 10.0, 20.0], [30.0, 0.0, 40.0], [50.0, 60.0, 0.0]]
+    mem = Memory(simpy.Environment(), latency, {"atomic": 1.0, "store": 1.0}, 0.0, 0.25)
+    assert mem.latencies_to(1) == [10.0, 0.0, 60.0] == [row[1] for row in mem.lat]
+    assert mem.transfers_to(2) == [5.0, 10.0, 0.0] == [row[2] for row in mem.transfer]
+    assert mem.transfers_to(2) is mem.transfers_to(2) and mem.latencies_to(2) is not mem.transfers_to(2)

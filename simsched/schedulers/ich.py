@@ -65,7 +65,7 @@ class ICh(Stealing):
         if (policy.report, policy.chunk_size, policy.extra) != (ICh.report, ICh.chunk_size, ICh.extra):
             return None
         return (self.counter, self.k, self.d, self.since, sim.counters, self.eps, self.every, self.n,
-                self.overlap, [row[w] for row in mem.transfer], [row[w] for row in mem.lat], mem._notify)
+                self.overlap, mem.transfers_to(w), mem.latencies_to(w), mem._notify)
 
     def least(self, w):
         return 1

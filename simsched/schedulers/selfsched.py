@@ -197,7 +197,7 @@ def index_claims(sim, w, index, line, ranges):
     if inline and speedups is not None:
         sink = sim.inline_chunks(w, index)
         k, count = fixed_chunk(ranges), len(ranges)
-        return speedups.claims(sim.env, w, index, line, [row[w] for row in mem.transfer], mem.atomic_ns, k,
+        return speedups.claims(sim.env, w, index, line, mem.transfers_to(w), mem.atomic_ns, k,
                                count, ranges, loop.n, loop.prefix, sim.costs["chunk"], sink.pending, sink.slow,
                                sink.flush, sink.full, sink.mark, mem._notify, partial(claimed, sim, w, inline),
                                None if sink.plain else sim.chunk_time)
@@ -227,7 +227,7 @@ def index_claim_steps(sim, w, index, line, ranges, inline):
     # Memory.fetch_add (its exchange) and record_chunk, inline: this loop is the family's hot path.
     # (Reservation atomics take the method: a lost reservation is not among what the inline copy does.)
     exchange = mem.exchange
-    into, atomic_ns = [row[w] for row in mem.transfer], mem.atomic_ns
+    into, atomic_ns = mem.transfers_to(w), mem.atomic_ns
     prefix, slow, plain, pending, full, flush, mark = sim.inline_chunks(w, index)
     k = fixed_chunk(ranges)
     count = len(ranges)

@@ -101,8 +101,8 @@ class Stealing(FullBarriers):
         if mem.reservations or policy.attempt is not Stealing.attempt or policy.steal is not Stealing.steal:
             return None
         least = self.params["chunk"] if policy.least is Stealing.least else self.least
-        return (sim.rng.bit_generator, self.lock, self.queue, [row[w] for row in mem.transfer],
-                [row[w] for row in mem.lat], least, partial(self.split, sim, w), mem._notify)
+        return (sim.rng.bit_generator, self.lock, self.queue, mem.transfers_to(w),
+                mem.latencies_to(w), least, partial(self.split, sim, w), mem._notify)
 
     # -- the algorithm --------------------------------------------------------------------------
     def share(self, sim, w, index):

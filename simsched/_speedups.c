@@ -88,17 +88,27 @@ static int as_long(PyObject *v, long long *out) {
 static int field_double(PyObject *line, enum field f, double *out) { return as_double(field(line, f), out); }
 static int field_long(PyObject *line, enum field f, long long *out) { return as_long(field(line, f), out); }
 
+/* The environment's slot at ``offset`` (its clock, heap or event numbering). */
+static PyObject **slot_of(PyObject *env, Py_ssize_t offset) { return (PyObject **)((char *)env + offset); }
+
+/* Where the member descriptor ``slot`` of an object slot keeps it; -1 with an error set. */
+static Py_ssize_t member_offset(PyObject *slot, const char *who) {
+    if (!Py_IS_TYPE(slot, &PyMemberDescr_Type) || ((PyMemberDescrObject *)slot)->d_member->type != T_OBJECT_EX) {
+        PyErr_Format(PyExc_TypeError, "%s: expected the member descriptor of an object slot", who);
+        return -1;
+    }
+    return ((PyMemberDescrObject *)slot)->d_member->offset;
+}
+
 /* bind_clock(slot): read the clock through ``slot``, the member descriptor of the environment's clock
  * (simsched.simpy_access.clock_slot()). */
 static PyObject *bind_clock(PyObject *module, PyObject *slot) {
-    if (!Py_IS_TYPE(slot, &PyMemberDescr_Type) || ((PyMemberDescrObject *)slot)->d_member->type != T_OBJECT_EX) {
-        PyErr_SetString(PyExc_TypeError, "bind_clock: expected the member descriptor of an object slot");
-        return NULL;
-    }
+    Py_ssize_t offset = member_offset(slot, "bind_clock");
+    if (offset < 0) return NULL;
     PyTypeObject *type = ((PyMemberDescrObject *)slot)->d_common.d_type;
     Py_INCREF(type);
     Py_XSETREF(env_type, type);
-    clock_offset = ((PyMemberDescrObject *)slot)->d_member->offset;
+    clock_offset = offset;
     Py_RETURN_NONE;
 }
 
@@ -115,7 +125,7 @@ static int check_env(PyObject *env) {
 
 /* The simulation clock, read from its slot in the environment. */
 static int clock_now(PyObject *env, double *out) {
-    PyObject *now = *(PyObject **)((char *)env + clock_offset);
+    PyObject *now = *slot_of(env, clock_offset);
     if (now == NULL) PyErr_SetString(PyExc_AttributeError, "the environment has no clock");
     return as_double(now, out);
 }
@@ -652,6 +662,15 @@ static long long draw_below(bitgen_t *bitgen, uint32_t n) {
     return (long long)(m >> 32);
 }
 
+/* The bit generator's C interface (its ``capsule``); NULL with an error set. */
+static bitgen_t *bitgen_of(PyObject *generator) {
+    PyObject *capsule = PyObject_GetAttrString(generator, "capsule");
+    if (capsule == NULL) return NULL;
+    bitgen_t *bitgen = PyCapsule_GetPointer(capsule, "BitGenerator");
+    Py_DECREF(capsule);
+    return bitgen;
+}
+
 /* draws(bit_generator, n, count): ``count`` victims drawn below n as a thief draws them, for their check
  * against Generator.integers. */
 static PyObject *draws(PyObject *module, PyObject *args) {
@@ -662,10 +681,7 @@ static PyObject *draws(PyObject *module, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "draws: n must lie in [1, 2**32) and count be >= 0");
         return NULL;
     }
-    PyObject *capsule = PyObject_GetAttrString(generator, "capsule");
-    if (capsule == NULL) return NULL;
-    bitgen_t *bitgen = PyCapsule_GetPointer(capsule, "BitGenerator");
-    Py_DECREF(capsule);
+    bitgen_t *bitgen = bitgen_of(generator);
     if (bitgen == NULL) return NULL;
     PyObject *out = PyList_New((Py_ssize_t)count);
     for (long long i = 0; out != NULL && i < count; i++) {
@@ -705,11 +721,7 @@ static int Thief_init(Thief *thief, PyObject *spec, long long threads) {
         PyErr_SetString(PyExc_ValueError, "thief: victims are drawn among 1 to 2**32 - 1 other threads");
         return -1;
     }
-    PyObject *capsule = PyObject_GetAttrString(generator, "capsule");
-    if (capsule == NULL) return -1;
-    thief->bitgen = PyCapsule_GetPointer(capsule, "BitGenerator");
-    Py_DECREF(capsule);
-    if (thief->bitgen == NULL) return -1;
+    if ((thief->bitgen = bitgen_of(generator)) == NULL) return -1;
     thief->least_value = -1;
     if (PyLong_Check(least) && as_long(least, &thief->least_value) < 0) return -1;
     if ((thief->one = PyLong_FromLong(1)) == NULL) return -1;
@@ -1052,22 +1064,12 @@ static Py_ssize_t heap_offset, eid_offset;
 static PyObject *normal_priority, *stop_simulation;
 static PyObject *str_callbacks, *str_ok, *str_value, *str_defused, *str_args;
 
-static PyObject **slot_of(PyObject *env, Py_ssize_t offset) { return (PyObject **)((char *)env + offset); }
-
-static Py_ssize_t member_offset(PyObject *slot) {
-    if (!Py_IS_TYPE(slot, &PyMemberDescr_Type) || ((PyMemberDescrObject *)slot)->d_member->type != T_OBJECT_EX) {
-        PyErr_SetString(PyExc_TypeError, "bind_events: expected the member descriptor of an object slot");
-        return -1;
-    }
-    return ((PyMemberDescrObject *)slot)->d_member->offset;
-}
-
 /* bind_events(heap_slot, eid_slot, normal, stop_simulation): where the environment keeps its heap and its
  * event numbering, SimPy's NORMAL priority and its StopSimulation (after bind_clock). */
 static PyObject *bind_events(PyObject *module, PyObject *args) {
     PyObject *heap, *eid, *normal, *stop;
     if (!PyArg_ParseTuple(args, "OOOO", &heap, &eid, &normal, &stop)) return NULL;
-    Py_ssize_t h = member_offset(heap), e = member_offset(eid);
+    Py_ssize_t h = member_offset(heap, "bind_events"), e = member_offset(eid, "bind_events");
     if (h < 0 || e < 0) return NULL;
     heap_offset = h;
     eid_offset = e;
@@ -1154,19 +1156,38 @@ static int sift_up(PyObject *heap, Py_ssize_t pos) {
     return sift_down(heap, start, pos);
 }
 
+/* Check that ``env`` is of the bound type and its event heap is bound too (bind_events); -1 with an error set. */
+static int check_events(PyObject *env) {
+    if (check_env(env) < 0) return -1;
+    if (normal_priority != NULL && stop_simulation != NULL) return 0;
+    PyErr_SetString(PyExc_RuntimeError, "simsched._speedups: no event heap bound (bind_events)");
+    return -1;
+}
+
+/* next(the environment's event numbers): a new reference, or NULL with an error set. */
+static PyObject *next_number(PyObject *env) {
+    PyObject *eids = *slot_of(env, eid_offset), *number;
+    if (eids == NULL || !PyIter_Check(eids)) {
+        PyErr_SetString(PyExc_TypeError, "the environment has no event numbering");
+        return NULL;
+    }
+    if ((number = Py_TYPE(eids)->tp_iternext(eids)) == NULL && !PyErr_Occurred())
+        PyErr_SetString(PyExc_RuntimeError, "the event numbering ran out");
+    return number;
+}
+
 /* heappush(heap, (when, priority, next(event numbers), event)); steals the reference to ``when``. */
 static int schedule(PyObject *env, PyObject *when, PyObject *priority, PyObject *event) {
     if (when == NULL) return -1;
-    PyObject *heap = *slot_of(env, heap_offset), *eids = *slot_of(env, eid_offset);
-    if (heap == NULL || !PyList_CheckExact(heap) || eids == NULL) {
+    PyObject *heap = *slot_of(env, heap_offset);
+    if (heap == NULL || !PyList_CheckExact(heap)) {
         Py_DECREF(when);
-        PyErr_SetString(PyExc_TypeError, "the environment has no event heap or numbering");
+        PyErr_SetString(PyExc_TypeError, "the environment has no event heap");
         return -1;
     }
-    PyObject *number = Py_TYPE(eids)->tp_iternext(eids);
+    PyObject *number = next_number(env);
     if (number == NULL) {
         Py_DECREF(when);
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "the event numbering ran out");
         return -1;
     }
     PyObject *entry = PyTuple_Pack(4, when, priority, number, event);
@@ -1206,7 +1227,7 @@ static PyObject *pop(PyObject *heap) {
 /* The time a wait until ``when`` is scheduled at, as Simulation.drive and fire_at compute it:
  * now + (when - now), or now if that is not later. A new reference. */
 static PyObject *wait_time(PyObject *env, PyObject *when) {
-    PyObject *now = *(PyObject **)((char *)env + clock_offset);
+    PyObject *now = *slot_of(env, clock_offset);
     if (now == NULL) {
         PyErr_SetString(PyExc_AttributeError, "the environment has no clock");
         return NULL;
@@ -1254,12 +1275,7 @@ static void Driver_dealloc(Driver *self) {
 
 static PyObject *Driver_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     PyObject *env, *steps, *done;
-    if (!PyArg_ParseTuple(args, "OOO", &env, &steps, &done)) return NULL;
-    if (check_env(env) < 0) return NULL;
-    if (normal_priority == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "simsched._speedups: no event heap bound (bind_events)");
-        return NULL;
-    }
+    if (!PyArg_ParseTuple(args, "OOO", &env, &steps, &done) || check_events(env) < 0) return NULL;
     if (!PyIter_Check(steps)) {
         PyErr_SetString(PyExc_TypeError, "Driver: the steps must be an iterator");
         return NULL;
@@ -1337,15 +1353,13 @@ static int Driver_step(Driver *self, int passed) {
                 }
             }
             if (sooner) {
-                PyObject *eids = *slot_of(env, eid_offset);
-                PyObject *number = eids == NULL ? NULL : Py_TYPE(eids)->tp_iternext(eids);
+                PyObject *number = next_number(env);   /* numbered as if scheduled */
                 if (number == NULL) {
                     Py_DECREF(at);
-                    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "the event numbering ran out");
                     return -1;
                 }
                 Py_DECREF(number);
-                Py_XSETREF(*(PyObject **)((char *)env + clock_offset), at);
+                Py_XSETREF(*slot_of(env, clock_offset), at);
                 if ((++passes & 1023) == 0 && PyErr_CheckSignals() < 0) return -1;   /* a worker alone, for long */
                 continue;
             }
@@ -1416,12 +1430,7 @@ static int check_failure(PyObject *event) {
 /* run(env, until): Environment.run(until=event), the loop and its steps compiled. */
 static PyObject *run(PyObject *module, PyObject *args) {
     PyObject *env, *until;
-    if (!PyArg_ParseTuple(args, "OO", &env, &until)) return NULL;
-    if (check_env(env) < 0) return NULL;
-    if (stop_simulation == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "simsched._speedups: no event heap bound (bind_events)");
-        return NULL;
-    }
+    if (!PyArg_ParseTuple(args, "OO", &env, &until) || check_events(env) < 0) return NULL;
     PyObject *callbacks = PyObject_GetAttr(until, str_callbacks);
     if (callbacks == NULL) return NULL;
     if (callbacks == Py_None) {   /* already processed */
@@ -1454,7 +1463,7 @@ static PyObject *run(PyObject *module, PyObject *args) {
         }
         PyObject *now = PyTuple_GET_ITEM(entry, 0), *event = PyTuple_GET_ITEM(entry, 3);
         Py_INCREF(now);
-        Py_XSETREF(*(PyObject **)((char *)env + clock_offset), now);
+        Py_XSETREF(*slot_of(env, clock_offset), now);
         Py_INCREF(event);
         Py_DECREF(entry);
         if (Py_IS_TYPE(event, &DriverType)) {   /* a driven worker's wait */
@@ -1496,7 +1505,7 @@ static PyObject *run(PyObject *module, PyObject *args) {
             PyErr_NormalizeException(&type, &exc, &tb);
             PyObject *rest = PyList_GetSlice(callbacks, i + 1, PyList_GET_SIZE(callbacks));
             PyObject *urgent = PyLong_FromLong(-1);
-            PyObject *now_again = *(PyObject **)((char *)env + clock_offset);
+            PyObject *now_again = *slot_of(env, clock_offset);
             Py_XINCREF(now_again);
             failed = rest == NULL || urgent == NULL || PyObject_SetAttr(event, str_callbacks, rest) < 0
                      || schedule(env, now_again, urgent, event) < 0;

@@ -695,7 +695,7 @@ static PyObject *draws(PyObject *module, PyObject *args) {
 /* What a thief needs to take its steal attempts itself (Stealing.attempt and Stealing.steal): the run's bit
  * generator, every queue's lock and bounds lines, the transfer time and latency of a line from each core to
  * this one, the smallest half worth stealing (``least``: a number, or ``least(w)`` to call), and what a
- * successful attempt calls to finish the steal (``split(v, value, t)``: (stolen, when done)). */
+ * successful attempt calls to finish the steal (``split(v, value, half, t)``: (stolen, when done)). */
 typedef struct {
     PyObject *generator, *locks, *queues, *into, *lat, *least, *split, *notify, *one;
     bitgen_t *bitgen;
@@ -896,7 +896,7 @@ static int Steals_attempt(Steals *self, long long *got) {
         *got = 0;
         return store_line(lock, w, worker, Py_NewRef(self->zero), t, self->store_ns, thief->notify, &self->t);
     }
-    PyObject *r = PyObject_CallFunction(thief->split, "LOd", v, value, t);
+    PyObject *r = PyObject_CallFunction(thief->split, "LOLd", v, value, half, t);
     if (r == NULL) return -1;
     int ok = PyArg_ParseTuple(r, "Ld", got, &self->t);
     Py_DECREF(r);

@@ -267,14 +267,13 @@ class Stealing(FullBarriers):
         half = (end - begin) // 2           # the victim's running chunk is already out of its queue
         if half < self.least(w):
             return 0, mem.store(lock, w, 0, at=t)
-        return self.split(sim, w, v, value, t)
+        return self.split(sim, w, v, value, half, t)
 
-    def split(self, sim, w, v, value, t):
-        """A steal from ``v`` whose queue held ``value`` at ``t``, with its lock held: take the back half."""
+    def split(self, sim, w, v, value, half, t):
+        """A steal from ``v`` whose queue held ``value`` at ``t``, with its lock held: take its back ``half``."""
         mem = sim.memory
         lock, queue = self.lock[v], self.queue[v]
         begin, end = value[0], value[1]
-        half = (end - begin) // 2
         t = mem.store(queue, w, (begin, end - half) + value[2:], at=t)
         t = mem.store(lock, w, 0, at=t)
         self.stolen(w, value)

@@ -280,6 +280,152 @@ static void Claims_dealloc(Claims *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+
+/* A column of latencies (or transfer times) to one core of a run too large for a table of every pair
+ * (Memory.TABLE_CORES): column[a] is the latency from core a to the column's core times ``fraction``, worked
+ * out as simsched.machine.latencies.Latencies.value works it out, from a few small tables. Latencies.compiled
+ * gives them, its hop counts and core numbers in range of its tables (not checked again here). */
+enum { CROSSBAR = 0, RING = 1, MATRIX = 2 };
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *spec;            /* the tuple whose bytes the pointers below read */
+    int kind;
+    long long w, per, sockets, levels, gateways, steps, table_n;
+    Py_ssize_t n;
+    double fraction, inside;
+    const long long *core, *hops, *sizes;
+    const double *level_lat, *across, *around, *cross, *table;
+} Column;
+
+static double column_value(const Column *c, long long a) {
+    long long b = c->w, ca = c->core[a], cb = c->core[b];
+    if (c->kind == MATRIX) return c->table[ca * c->table_n + cb];
+    if (a == b) return 0.0;
+    long long sa = ca / c->per, sb = cb / c->per, pa = ca % c->per, pb = cb % c->per;
+    if (c->kind == RING) {
+        if (sa == sb) {
+            long long steps = pa > pb ? pa - pb : pb - pa;
+            return c->around[steps < c->per - steps ? steps : c->per - steps];
+        }
+        long long ga = pa < c->per - pa ? pa : c->per - pa, gb = pb < c->per - pb ? pb : c->per - pb;
+        return c->cross[(ga * c->steps + c->hops[sa * c->sockets + sb]) * c->gateways + gb];
+    }
+    if (sa != sb) return c->across[c->hops[sa * c->sockets + sb]];
+    for (long long i = 0; i < c->levels; i++)
+        if (pa / c->sizes[i] == pb / c->sizes[i]) return c->level_lat[i];
+    return c->inside;
+}
+
+/* The bytes of item i of ``spec`` holding at least ``count`` items of ``size`` bytes each. */
+static const void *spec_bytes(PyObject *spec, Py_ssize_t i, long long count, size_t size) {
+    PyObject *item = PyTuple_GET_ITEM(spec, i);
+    if (!PyBytes_Check(item) || count < 0 || (size_t)PyBytes_GET_SIZE(item) < (size_t)count * size) {
+        PyErr_Format(PyExc_ValueError, "column: item %zd of the latencies is too short", i);
+        return NULL;
+    }
+    return PyBytes_AS_STRING(item);
+}
+
+static PyObject *Column_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *spec;
+    long long w;
+    double fraction;
+    if (!PyArg_ParseTuple(args, "O!Ld:column", &PyTuple_Type, &spec, &w, &fraction)) return NULL;
+    Column *c = (Column *)type->tp_alloc(type, 0);
+    if (c == NULL) return NULL;
+    c->spec = Py_NewRef(spec);
+    c->w = w;
+    c->fraction = fraction;
+    /* (kind, per, sockets, levels, gateways, steps, table_n, n, inside, core, hops, sizes, level_lat, across,
+     * around, cross, table) */
+    long long kind, n;
+    PyObject *head = PyTuple_GetSlice(spec, 0, 9);
+    if (head == NULL || !PyArg_ParseTuple(head, "LLLLLLLLd", &kind, &c->per, &c->sockets, &c->levels, &c->gateways,
+                                          &c->steps, &c->table_n, &n, &c->inside)
+        || PyTuple_GET_SIZE(spec) != 17) {
+        Py_XDECREF(head);
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "column: latencies of 17 items expected");
+        Py_DECREF(c);
+        return NULL;
+    }
+    Py_DECREF(head);
+    c->kind = (int)kind;
+    c->n = (Py_ssize_t)n;
+    if (c->per < 1 || w < 0 || w >= n
+        || (c->core = spec_bytes(spec, 9, n, sizeof(long long))) == NULL
+        || (c->hops = spec_bytes(spec, 10, c->sockets * c->sockets, sizeof(long long))) == NULL
+        || (c->sizes = spec_bytes(spec, 11, c->levels, sizeof(long long))) == NULL
+        || (c->level_lat = spec_bytes(spec, 12, c->levels, sizeof(double))) == NULL
+        || kind < CROSSBAR || kind > MATRIX
+        || (c->across = spec_bytes(spec, 13, kind == CROSSBAR ? c->steps : 0, sizeof(double))) == NULL
+        || (c->around = spec_bytes(spec, 14, kind == RING ? c->gateways : 0, sizeof(double))) == NULL
+        || (c->cross = spec_bytes(spec, 15, c->gateways * c->steps * c->gateways, sizeof(double))) == NULL
+        || (c->table = spec_bytes(spec, 16, c->table_n * c->table_n, sizeof(double))) == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "column: no such kind, or core out of range");
+        Py_DECREF(c);
+        return NULL;
+    }
+    return (PyObject *)c;
+}
+
+static void Column_dealloc(Column *c) {
+    Py_XDECREF(c->spec);
+    Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+static Py_ssize_t Column_length(Column *c) { return c->n; }
+
+static PyObject *Column_item(Column *c, Py_ssize_t a) {
+    if (a < 0 || a >= c->n) {
+        PyErr_SetString(PyExc_IndexError, "line holder out of range");
+        return NULL;
+    }
+    return PyFloat_FromDouble(column_value(c, a) * c->fraction);
+}
+
+static PySequenceMethods Column_sequence = {
+    .sq_length = (lenfunc)Column_length,
+    .sq_item = (ssizeargfunc)Column_item,
+};
+
+static PyTypeObject ColumnType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "simsched._speedups.Column",
+    .tp_basicsize = sizeof(Column),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = PyDoc_STR("A column of latencies to one core, worked out from the topology (Memory's Column)."),
+    .tp_new = Column_new,
+    .tp_dealloc = (destructor)Column_dealloc,
+    .tp_as_sequence = &Column_sequence,
+};
+
+/* Item ``i`` of a column of floats (the transfer time or latency from each core to one core: a list, or on a
+ * machine too large for a table of every pair, a sequence that works each out), as a double; -1 with an error set. */
+static int row_double(PyObject *row, long long i, double *out) {
+    if (PyList_CheckExact(row)) {
+        if (i < 0 || i >= PyList_GET_SIZE(row)) {
+            PyErr_SetString(PyExc_IndexError, "line holder out of range");
+            return -1;
+        }
+        return as_double(PyList_GET_ITEM(row, i), out);
+    }
+    if (Py_TYPE(row) == &ColumnType) {
+        const Column *c = (const Column *)row;
+        if (i < 0 || i >= c->n) {
+            PyErr_SetString(PyExc_IndexError, "line holder out of range");
+            return -1;
+        }
+        *out = column_value(c, i) * c->fraction;
+        return 0;
+    }
+    PyObject *item = PySequence_GetItem(row, (Py_ssize_t)i);
+    if (item == NULL) return -1;
+    int failed = as_double(item, out);
+    Py_DECREF(item);
+    return failed;
+}
+
 /* What every exclusive operation of Memory.exchange does first (no lost reservations: the callers leave
  * machines with reservation atomics to the Python methods): bring ``line`` to core w from ``at`` on, a
  * transfer from its holder counted in *transfers. *start is when the core has it. ``into`` is the transfer
@@ -292,12 +438,8 @@ static int acquire(PyObject *line, long long w, PyObject *worker, double at, PyO
     t = free > at ? free : at;
     if (holder != w) {
         *transfers += 1;
-        if (holder < 0 || holder >= PyList_GET_SIZE(into)) {
-            PyErr_SetString(PyExc_IndexError, "line holder out of range");
-            return -1;
-        }
         double transfer;
-        if (as_double(PyList_GET_ITEM(into, holder), &transfer) < 0) return -1;
+        if (row_double(into, holder, &transfer) < 0) return -1;
         t += transfer;
         set_field_ref(line, HOLDER, worker);
         if (only_sharer(line, worker) < 0) return -1;
@@ -371,8 +513,8 @@ static PyObject *Claims_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
                           &k, &count, &ranges, &n, &prefix, &dispatch, &pending, &slow, &flush, &full, &mark,
                           &notify, &finish, &chunk_time))
         return NULL;
-    if (!PyList_Check(into)) {
-        PyErr_SetString(PyExc_TypeError, "claims: into must be a list");
+    if (!PySequence_Check(into)) {
+        PyErr_SetString(PyExc_TypeError, "claims: into must be a sequence");
         return NULL;
     }
     Claims *self = (Claims *)type->tp_alloc(type, 0);
@@ -431,8 +573,8 @@ static int Adaptive_init(Adaptive *ich, PyObject *spec) {
                           &ich->every, &ich->n, &ich->overlap, &into, &lat, &notify))
         return -1;
     if (!PyList_Check(counter) || !PyList_Check(k) || !PyList_Check(d) || !PyList_Check(since)
-        || !PyList_Check(into) || !PyList_Check(lat)) {
-        PyErr_SetString(PyExc_TypeError, "adaptive: counter, k, d, since, into and lat must be lists");
+        || !PySequence_Check(into) || !PySequence_Check(lat)) {
+        PyErr_SetString(PyExc_TypeError, "adaptive: counter, k, d and since must be lists, into and lat sequences");
         return -1;
     }
     if (ich->every < 1 || ich->overlap < 1) {
@@ -480,15 +622,6 @@ static int count(PyObject *counters, PyObject *name) {  /* counters[name] += 1 *
     int rc = PyObject_SetItem(counters, name, sum);
     Py_DECREF(sum);
     return rc;
-}
-
-/* Item ``i`` of a list of floats (a transfer or latency row), as a double; -1 with an error set. */
-static int row_double(PyObject *row, long long i, double *out) {
-    if (i < 0 || i >= PyList_GET_SIZE(row)) {
-        PyErr_SetString(PyExc_IndexError, "line holder out of range");
-        return -1;
-    }
-    return as_double(PyList_GET_ITEM(row, i), out);
 }
 
 /* Memory.store of ``value`` (a new reference, taken over) on ``line`` by core w at ``now``: *done is the
@@ -712,9 +845,10 @@ static int Thief_init(Thief *thief, PyObject *spec, long long threads) {
     PyObject *generator, *locks, *queues, *into, *lat, *least, *split, *notify;
     if (!PyArg_ParseTuple(spec, "OOOOOOOO:thief", &generator, &locks, &queues, &into, &lat, &least, &split, &notify))
         return -1;
-    if (!PyList_Check(locks) || !PyList_Check(queues) || !PyList_Check(into) || !PyList_Check(lat)
+    if (!PyList_Check(locks) || !PyList_Check(queues) || !PySequence_Check(into) || !PySequence_Check(lat)
         || PyList_GET_SIZE(locks) != threads || PyList_GET_SIZE(queues) != threads) {
-        PyErr_SetString(PyExc_TypeError, "thief: locks, queues, into and lat must be lists, a lock and queue a thread");
+        PyErr_SetString(PyExc_TypeError,
+                        "thief: locks and queues must be lists, a lock and queue a thread; into and lat sequences");
         return -1;
     }
     if (threads < 1 || threads - 1 > (long long)UINT32_MAX) {   /* one thread alone never steals */
@@ -1248,6 +1382,135 @@ static PyObject *wait_time(PyObject *env, PyObject *when) {
     return at;
 }
 
+/* The waits of a compiled run's drivers: a heap of (time, event number, driver) structs beside the
+ * environment's list, so that a worker's wait costs no tuple, no float and no comparison through objects.
+ * Every such wait has SimPy's NORMAL priority; the run pops whichever of the two heaps' tops comes first as
+ * SimPy orders (time, priority, number), so the order is the one heap's. The environment keeps it (as
+ * _simsched_waits); it is used only while run() runs (``active``), which moves what is left into the list
+ * when it returns, so SimPy's own loop finds every wait there. */
+typedef struct {
+    double t;
+    long long number;
+    PyObject *driver;
+} WaitEntry;
+
+typedef struct {
+    PyObject_HEAD
+    WaitEntry *items;
+    Py_ssize_t size, capacity;
+    int active;
+} Waits;
+
+static int Waits_traverse(Waits *self, visitproc visit, void *arg) {
+    for (Py_ssize_t i = 0; i < self->size; i++) Py_VISIT(self->items[i].driver);
+    return 0;
+}
+
+static int Waits_clear(Waits *self) {
+    Py_ssize_t size = self->size;
+    self->size = 0;
+    for (Py_ssize_t i = 0; i < size; i++) Py_CLEAR(self->items[i].driver);
+    return 0;
+}
+
+static void Waits_dealloc(Waits *self) {
+    PyObject_GC_UnTrack(self);
+    Waits_clear(self);
+    PyMem_Free(self->items);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* When the first of the waits ends (inf with none): what a wait passed without the queue must end before. */
+static PyObject *Waits_first(Waits *self, void *closure) {
+    return PyFloat_FromDouble(self->size ? self->items[0].t : Py_HUGE_VAL);
+}
+
+static PyGetSetDef Waits_getset[] = {
+    {"first", (getter)Waits_first, NULL, NULL, NULL},
+    {NULL},
+};
+
+static PyTypeObject WaitsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "simsched._speedups.Waits",
+    .tp_basicsize = sizeof(Waits),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = PyDoc_STR("The heap of a compiled run's driver waits."),
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)Waits_dealloc,
+    .tp_traverse = (traverseproc)Waits_traverse,
+    .tp_clear = (inquiry)Waits_clear,
+    .tp_getset = Waits_getset,
+};
+
+static PyObject *str_waits;
+
+/* The environment's Waits, made the first time: a new reference, or NULL with an error set. */
+static Waits *waits_of(PyObject *env) {
+    PyObject *found = PyObject_GetAttr(env, str_waits);
+    if (found != NULL) {
+        if (Py_IS_TYPE(found, &WaitsType)) return (Waits *)found;
+        Py_DECREF(found);
+        PyErr_SetString(PyExc_TypeError, "the environment's _simsched_waits is not a Waits");
+        return NULL;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
+    PyErr_Clear();
+    PyObject *made = PyObject_CallNoArgs((PyObject *)&WaitsType);
+    if (made == NULL || PyObject_SetAttr(env, str_waits, made) < 0) {
+        Py_XDECREF(made);
+        return NULL;
+    }
+    return (Waits *)made;
+}
+
+/* waits(env): the environment's Waits (made the first time). */
+static PyObject *waits(PyObject *module, PyObject *env) { return (PyObject *)waits_of(env); }
+
+static inline int wait_before(const WaitEntry *a, const WaitEntry *b) {
+    return a->t < b->t || (a->t == b->t && a->number < b->number);
+}
+
+/* Push ``driver``'s wait until t, numbered ``number``. */
+static int waits_push(Waits *w, double t, long long number, PyObject *driver) {
+    if (w->size == w->capacity) {
+        Py_ssize_t capacity = w->capacity ? 2 * w->capacity : 64;
+        WaitEntry *items = PyMem_Realloc(w->items, (size_t)capacity * sizeof(WaitEntry));
+        if (items == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        w->items = items;
+        w->capacity = capacity;
+    }
+    WaitEntry item = {t, number, Py_NewRef(driver)};
+    Py_ssize_t pos = w->size++;
+    while (pos > 0) {
+        Py_ssize_t parent = (pos - 1) >> 1;
+        if (!wait_before(&item, &w->items[parent])) break;
+        w->items[pos] = w->items[parent];
+        pos = parent;
+    }
+    w->items[pos] = item;
+    return 0;
+}
+
+/* Pop the first wait into *out (its driver reference passes to the caller); the heap is not empty. */
+static void waits_pop(Waits *w, WaitEntry *out) {
+    *out = w->items[0];
+    WaitEntry last = w->items[--w->size];
+    Py_ssize_t pos = 0, size = w->size;
+    for (;;) {
+        Py_ssize_t child = 2 * pos + 1;
+        if (child >= size) break;
+        if (child + 1 < size && wait_before(&w->items[child + 1], &w->items[child])) child++;
+        if (!wait_before(&w->items[child], &last)) break;
+        w->items[pos] = w->items[child];
+        pos = child;
+    }
+    if (size) w->items[pos] = last;
+}
+
 /* Driver(env, steps, done): Simulation.drive's stepping of ``steps``. Called with no argument from the
  * process that drives, then by the event loop as the event of each of its waits: it is its own event on the
  * heap (its one callback itself, never failed), so a wait costs no event object and no attribute look-up.
@@ -1255,15 +1518,16 @@ static PyObject *wait_time(PyObject *env, PyObject *when) {
 typedef struct {
     PyObject_HEAD
     PyObject *env, *steps, *done;
+    Waits *waits;   /* its environment's */
 } Driver;
 
 static int Driver_traverse(Driver *self, visitproc visit, void *arg) {
-    Py_VISIT(self->env); Py_VISIT(self->steps); Py_VISIT(self->done);
+    Py_VISIT(self->env); Py_VISIT(self->steps); Py_VISIT(self->done); Py_VISIT(self->waits);
     return 0;
 }
 
 static int Driver_clear(Driver *self) {
-    Py_CLEAR(self->env); Py_CLEAR(self->steps); Py_CLEAR(self->done);
+    Py_CLEAR(self->env); Py_CLEAR(self->steps); Py_CLEAR(self->done); Py_CLEAR(self->waits);
     return 0;
 }
 
@@ -1280,10 +1544,15 @@ static PyObject *Driver_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         PyErr_SetString(PyExc_TypeError, "Driver: the steps must be an iterator");
         return NULL;
     }
+    Waits *waits = waits_of(env);
+    if (waits == NULL) return NULL;
     Driver *self = (Driver *)type->tp_alloc(type, 0);
-    if (self == NULL) return NULL;
+    if (self == NULL) {
+        Py_DECREF(waits);
+        return NULL;
+    }
     Py_INCREF(env); Py_INCREF(steps); Py_INCREF(done);
-    self->env = env; self->steps = steps; self->done = done;
+    self->env = env; self->steps = steps; self->done = done; self->waits = waits;
     return (PyObject *)self;
 }
 
@@ -1322,6 +1591,7 @@ static unsigned long passes;   /* waits passed without the queue, for the check 
 
 static int Driver_step(Driver *self, int passed) {
     PyObject *env = self->env;
+    Waits *waits = self->waits;
     iternextfunc advance = Py_TYPE(self->steps)->tp_iternext;
     for (;;) {
         PyObject *when = advance(self->steps);
@@ -1335,6 +1605,7 @@ static int Driver_step(Driver *self, int passed) {
             PyErr_SetString(PyExc_TypeError, "the environment has no event heap");
             return -1;
         }
+        int exact = PyFloat_CheckExact(at);
         if (passed) {
             int sooner = 1;
             if (PyList_GET_SIZE(heap)) {
@@ -1345,8 +1616,21 @@ static int Driver_step(Driver *self, int passed) {
                     return -1;
                 }
                 t = PyTuple_GET_ITEM(first, 0);
-                sooner = PyFloat_CheckExact(at) && PyFloat_CheckExact(t)
+                sooner = exact && PyFloat_CheckExact(t)
                          ? PyFloat_AS_DOUBLE(at) < PyFloat_AS_DOUBLE(t) : PyObject_RichCompareBool(at, t, Py_LT);
+                if (sooner < 0) {
+                    Py_DECREF(at);
+                    return -1;
+                }
+            }
+            if (sooner && waits->size) {   /* only floats are in the waits */
+                if (exact) {
+                    sooner = PyFloat_AS_DOUBLE(at) < waits->items[0].t;
+                } else {
+                    PyObject *t = PyFloat_FromDouble(waits->items[0].t);
+                    sooner = t == NULL ? -1 : PyObject_RichCompareBool(at, t, Py_LT);
+                    Py_XDECREF(t);
+                }
                 if (sooner < 0) {
                     Py_DECREF(at);
                     return -1;
@@ -1363,6 +1647,15 @@ static int Driver_step(Driver *self, int passed) {
                 if ((++passes & 1023) == 0 && PyErr_CheckSignals() < 0) return -1;   /* a worker alone, for long */
                 continue;
             }
+        }
+        if (waits->active && exact) {
+            PyObject *number = next_number(env);
+            long long n = number == NULL ? -1 : PyLong_AsLongLong(number);
+            Py_XDECREF(number);
+            double t = PyFloat_AS_DOUBLE(at);
+            Py_DECREF(at);
+            if (n == -1 && PyErr_Occurred()) return -1;
+            return waits_push(waits, t, n, (PyObject *)self);
         }
         return schedule(env, at, normal_priority, (PyObject *)self);
     }
@@ -1427,10 +1720,83 @@ static int check_failure(PyObject *event) {
     return -1;
 }
 
+/* Whether the waits' first entry comes before the list's first, as SimPy orders (time, priority, number);
+ * both heaps hold something. -1 with an error set. */
+static int waits_first(Waits *waits, PyObject *heap) {
+    PyObject *top = PyList_GET_ITEM(heap, 0);
+    if (!PyTuple_Check(top) || PyTuple_GET_SIZE(top) != 4) {
+        PyErr_SetString(PyExc_TypeError, "an event heap entry is not (time, priority, number, event)");
+        return -1;
+    }
+    const WaitEntry *w = &waits->items[0];
+    PyObject *t = PyTuple_GET_ITEM(top, 0);
+    if (PyFloat_CheckExact(t)) {
+        if (w->t < PyFloat_AS_DOUBLE(t)) return 1;
+        if (w->t > PyFloat_AS_DOUBLE(t)) return 0;
+    } else {   /* another kind of time: compared as Python compares it */
+        PyObject *mine = PyFloat_FromDouble(w->t);
+        if (mine == NULL) return -1;
+        int less = PyObject_RichCompareBool(mine, t, Py_LT), more = less ? 0 : PyObject_RichCompareBool(t, mine, Py_LT);
+        Py_DECREF(mine);
+        if (less < 0 || more < 0) return -1;
+        if (less) return 1;
+        if (more) return 0;
+    }
+    long mine = PyLong_AsLong(normal_priority), theirs = PyLong_AsLong(PyTuple_GET_ITEM(top, 1));
+    if ((mine == -1 || theirs == -1) && PyErr_Occurred()) return -1;
+    if (mine != theirs) return mine < theirs;
+    long long number = PyLong_AsLongLong(PyTuple_GET_ITEM(top, 2));
+    if (number == -1 && PyErr_Occurred()) return -1;
+    return w->number < number;
+}
+
+/* Move the waits left into the environment's list, as scheduled there with their numbers; keeps an error set. */
+static int waits_return(Waits *waits, PyObject *env) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    int failed = 0;
+    PyObject *heap = *slot_of(env, heap_offset);
+    while (waits->size) {
+        WaitEntry entry;
+        waits_pop(waits, &entry);
+        PyObject *t = PyFloat_FromDouble(entry.t), *number = PyLong_FromLongLong(entry.number), *item = NULL;
+        if (!failed && t != NULL && number != NULL && heap != NULL && PyList_CheckExact(heap))
+            item = PyTuple_Pack(4, t, normal_priority, number, entry.driver);
+        Py_XDECREF(t); Py_XDECREF(number); Py_DECREF(entry.driver);
+        if (item == NULL || PyList_Append(heap, item) < 0 || sift_down(heap, 0, PyList_GET_SIZE(heap) - 1) < 0)
+            failed = 1;
+        Py_XDECREF(item);
+    }
+    waits->active = 0;
+    if (type != NULL) {
+        PyErr_Restore(type, value, tb);
+    } else if (failed && !PyErr_Occurred()) {
+        PyErr_SetString(PyExc_RuntimeError, "the compiled run's waits could not be returned to the event heap");
+    }
+    return failed ? -1 : 0;
+}
+
+static PyObject *run_events(PyObject *env, PyObject *until, Waits *waits);
+
 /* run(env, until): Environment.run(until=event), the loop and its steps compiled. */
 static PyObject *run(PyObject *module, PyObject *args) {
     PyObject *env, *until;
     if (!PyArg_ParseTuple(args, "OO", &env, &until) || check_events(env) < 0) return NULL;
+    Waits *waits = waits_of(env);
+    if (waits == NULL) return NULL;
+    if (waits->active) {
+        Py_DECREF(waits);
+        PyErr_SetString(PyExc_RuntimeError, "a compiled run of this environment is under way");
+        return NULL;
+    }
+    waits->active = 1;
+    PyObject *result = run_events(env, until, waits);
+    if (waits_return(waits, env) < 0) Py_CLEAR(result);
+    Py_DECREF(waits);
+    return result;
+}
+
+static PyObject *run_events(PyObject *env, PyObject *until, Waits *waits) {
     PyObject *callbacks = PyObject_GetAttr(until, str_callbacks);
     if (callbacks == NULL) return NULL;
     if (callbacks == Py_None) {   /* already processed */
@@ -1449,10 +1815,26 @@ static PyObject *run(PyObject *module, PyObject *args) {
             PyErr_SetString(PyExc_TypeError, "the environment has no event heap");
             return NULL;
         }
-        if (PyList_GET_SIZE(heap) == 0) {
+        if (PyList_GET_SIZE(heap) == 0 && waits->size == 0) {
             PyErr_Format(PyExc_RuntimeError, "No scheduled events left but \"until\" event was not triggered: %R",
                          until);
             return NULL;
+        }
+        int wait = waits->size == 0 ? 0 : PyList_GET_SIZE(heap) == 0 ? 1 : waits_first(waits, heap);
+        if (wait < 0) return NULL;
+        if (wait) {   /* a driven worker's wait, from the waits */
+            WaitEntry entry;
+            waits_pop(waits, &entry);
+            PyObject *now = PyFloat_FromDouble(entry.t);
+            if (now == NULL) {
+                Py_DECREF(entry.driver);
+                return NULL;
+            }
+            Py_XSETREF(*slot_of(env, clock_offset), now);
+            failed = Driver_step((Driver *)entry.driver, 1) < 0;
+            Py_DECREF(entry.driver);
+            if (failed) return NULL;
+            continue;
         }
         PyObject *entry = pop(heap);
         if (entry == NULL) return NULL;
@@ -1537,6 +1919,7 @@ static PyMethodDef methods[] = {
      PyDoc_STR("Use these slots for the event heap and numbering, this NORMAL priority and StopSimulation.")},
     {"run", run, METH_VARARGS, PyDoc_STR("Environment.run(until=event), compiled.")},
     {"draws", draws, METH_VARARGS, PyDoc_STR("Victims drawn below n as a compiled thief draws them.")},
+    {"waits", waits, METH_O, PyDoc_STR("The environment's heap of driver waits in a compiled run.")},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1546,18 +1929,22 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__speedups(void) {
-    if (PyType_Ready(&ClaimsType) < 0 || PyType_Ready(&StealsType) < 0 || PyType_Ready(&DriverType) < 0) return NULL;
+    if (PyType_Ready(&ClaimsType) < 0 || PyType_Ready(&StealsType) < 0 || PyType_Ready(&DriverType) < 0
+        || PyType_Ready(&ColumnType) < 0 || PyType_Ready(&WaitsType) < 0)
+        return NULL;
     if ((str_callbacks = PyUnicode_InternFromString("callbacks")) == NULL
         || (str_ok = PyUnicode_InternFromString("_ok")) == NULL
         || (str_value = PyUnicode_InternFromString("_value")) == NULL
         || (str_defused = PyUnicode_InternFromString("_defused")) == NULL
-        || (str_args = PyUnicode_InternFromString("args")) == NULL) return NULL;
+        || (str_args = PyUnicode_InternFromString("args")) == NULL
+        || (str_waits = PyUnicode_InternFromString("_simsched_waits")) == NULL) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "claims", (PyObject *)&ClaimsType) < 0
         || PyModule_AddObjectRef(m, "steals", (PyObject *)&StealsType) < 0
         || PyModule_AddObjectRef(m, "Driver", (PyObject *)&DriverType) < 0
-        || PyModule_AddIntConstant(m, "INTERFACE", 4) < 0) {
+        || PyModule_AddObjectRef(m, "Column", (PyObject *)&ColumnType) < 0
+        || PyModule_AddIntConstant(m, "INTERFACE", 5) < 0) {
         Py_DECREF(m);
         return NULL;
     }

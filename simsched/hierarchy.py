@@ -334,7 +334,7 @@ def socket_hops(links, sockets: int) -> np.ndarray:
     hops = np.zeros((sockets, sockets), dtype=np.int64)
     for start in range(sockets):
         seen, frontier, distance = {start}, [start], 0
-        while frontier:
+        while frontier and len(seen) < sockets:   # stop once every socket is reached (at once, fully linked)
             distance += 1
             reached = []
             for s in frontier:

@@ -41,6 +41,7 @@ import numpy as np
 from simpy.core import StopSimulation
 from simpy.events import Event
 
+from .machine.latencies import Latencies
 from .simpy_access import NORMAL, clock_slot, event_slots, fire_at
 
 # The hottest scheduler loops (the self-scheduling claim, the stealing loop's take from its own
@@ -60,7 +61,7 @@ try:
 except ImportError:
     speedups = None
 else:
-    if getattr(speedups, "INTERFACE", None) == 4:
+    if getattr(speedups, "INTERFACE", None) == 5:
         speedups.bind_clock(clock_slot())  # they read the run's clock where SimPy keeps it
         speedups.bind_events(*event_slots(), NORMAL, StopSimulation)  # and step its events (engine.run_until)
     else:  # built from an older source: its loops take other arguments, or read the clock elsewhere
@@ -89,33 +90,87 @@ class Line:
         return f"Line({self.name!r}, value={self.value!r}, holder={self.holder})"
 
 
+class Rows:
+    """``rows[a][b]``: the latency (times ``fraction``) from core a to core b, worked out when asked.
+
+    It stands in for a run's table of every pair where that table would not fit (see ``Memory.TABLE_CORES``).
+    """
+
+    def __init__(self, latencies: Latencies, fraction: float):
+        self.latencies, self.fraction = latencies, fraction
+        self._rows: dict[int, Row] = {}
+
+    def __getitem__(self, a: int) -> "Row":
+        row = self._rows.get(a)
+        if row is None:
+            row = self._rows[a] = Row(self.latencies.value, a, self.fraction)
+        return row
+
+    def __len__(self) -> int:
+        return len(self.latencies)
+
+
+class Row:
+    """One core's row of a ``Rows``: ``row[b]``."""
+
+    __slots__ = ("value", "a", "fraction")
+
+    def __init__(self, value, a: int, fraction: float):
+        self.value, self.a, self.fraction = value, a, fraction
+
+    def __getitem__(self, b: int) -> float:
+        return self.value(self.a, b) * self.fraction
+
+
+class Column:
+    """One core's column of a ``Rows``: ``column[a]`` is ``rows[a][core]`` (what the compiled loops index)."""
+
+    __slots__ = ("value", "b", "fraction", "size")
+
+    def __init__(self, rows: Rows, b: int):
+        self.value, self.b, self.fraction, self.size = rows.latencies.value, b, rows.fraction, len(rows)
+
+    def __getitem__(self, a: int) -> float:
+        if not 0 <= a < self.size:
+            raise IndexError("line holder out of range")
+        return self.value(a, self.b) * self.fraction
+
+    def __len__(self) -> int:
+        return self.size
+
+
+class HoldWindows(dict):
+    """Each core's hold window (see ``Memory._tables``), worked out the first time the core asks."""
+
+    def __init__(self, latencies: Latencies, fraction: float):
+        super().__init__()
+        self.latencies, self.fraction = latencies, fraction
+
+    def __missing__(self, core: int) -> float:
+        window = self[core] = self.latencies.nearest(core) * self.fraction / 2
+        return window
+
+
 class Memory:
     """The modeled shared memory of one run: allocates lines and charges their operations."""
+
+    # Runs of up to this many cores keep every pair's latency in a table (nested lists index fastest);
+    # larger ones work each out from the topology when an operation asks, so memory grows with the cores.
+    TABLE_CORES = 1024
 
     def __init__(self, env, latency, costs: dict[str, float], serve_ns: float,
                  transfer_fraction: float = 0.5, directory: bool = False, reservations: bool = False,
                  hold: bool = True):
         self.env = env
-        # Nested lists index faster than a NumPy matrix on this hot path. Equal latencies share one float
-        # object, so that a 1,024-core table is a few hot floats behind its pointers, not a million cold ones.
-        values, index = np.unique(np.asarray(latency, dtype=float), return_inverse=True)
-        latencies = [float(v) for v in values]
-        transfers = [x * transfer_fraction for x in latencies]
-        index = index.reshape(np.shape(latency))
-        rows = index.tolist()
-        self.lat = [list(map(latencies.__getitem__, row)) for row in rows]
-        self.transfer = [list(map(transfers.__getitem__, row)) for row in rows]
-        # Each core's column of both (what a line costs from every core to it), made when first asked for.
-        self._columns = (index, latencies, transfers)
-        self._to: dict[tuple[int, int], list[float]] = {}
-        # Each core's hold window: how long a line stays with it after its own exclusive operation on it
-        # when other cores want it. A transfer is a request reaching the holder, then the line reaching
-        # the requester; the model splits it evenly, so no request can take the line sooner than half
-        # the shortest transfer from this core to another core of the run (never, on a lone core).
-        # Without ``hold`` the line leaves as the operation ends: no operation is ever within a window.
-        away = np.asarray(latency, dtype=float) * transfer_fraction
-        np.fill_diagonal(away, np.inf)
-        self.hold_ns = (away.min(axis=1) / 2).tolist() if hold else [-np.inf] * len(away)
+        latencies = latency if isinstance(latency, Latencies) else Latencies.from_matrix(latency)
+        self.cores = len(latencies)
+        if self.cores <= self.TABLE_CORES:
+            self._tables(latencies.matrix(), transfer_fraction, hold)
+        else:
+            self.lat, self.transfer = Rows(latencies, 1.0), Rows(latencies, transfer_fraction)
+            self._columns = (self.lat, self.transfer)
+            self._to = {}
+            self.hold_ns = HoldWindows(latencies, transfer_fraction) if hold else [-np.inf] * self.cores
         self.directory = directory
         self.reservations = reservations
         self.atomic_ns = costs["atomic"]
@@ -139,9 +194,46 @@ class Memory:
     def _column(self, which: int, core: int) -> list[float]:
         column = self._to.get((which, core))
         if column is None:
-            index, *values = self._columns
-            column = self._to[which, core] = list(map(values[which].__getitem__, index[:, core].tolist()))
+            if isinstance(self.lat, Rows):
+                rows = self._columns[which]
+                column = self._to[which, core] = (
+                    Column(rows, core) if speedups is None
+                    else speedups.Column(rows.latencies.compiled(), core, rows.fraction))
+            else:
+                index, *values = self._columns
+                column = self._to[which, core] = list(map(values[which].__getitem__, index[:, core].tolist()))
         return column
+
+    def mean_transfer(self) -> float:
+        """A line's transfer time averaged over the ordered pairs of distinct cores (0 on one core)."""
+        if isinstance(self.transfer, Rows):
+            total = sum(float(self.transfer.latencies.row(a).sum()) for a in range(self.cores))
+            pairs = self.cores * (self.cores - 1)
+            return total * self.transfer.fraction / pairs if pairs else 0.0
+        hops = [self.transfer[a][b] for a in range(self.cores) for b in range(self.cores) if a != b]
+        return sum(hops) / len(hops) if hops else 0.0
+
+    def _tables(self, latency: np.ndarray, transfer_fraction: float, hold: bool) -> None:
+        # Nested lists index faster than a NumPy matrix on this hot path. Equal latencies share one float
+        # object, so that a 1,024-core table is a few hot floats behind its pointers, not a million cold ones.
+        values, index = np.unique(latency, return_inverse=True)
+        latencies = [float(v) for v in values]
+        transfers = [x * transfer_fraction for x in latencies]
+        index = index.reshape(np.shape(latency))
+        rows = index.tolist()
+        self.lat = [list(map(latencies.__getitem__, row)) for row in rows]
+        self.transfer = [list(map(transfers.__getitem__, row)) for row in rows]
+        # Each core's column of both (what a line costs from every core to it), made when first asked for.
+        self._columns = (index, latencies, transfers)
+        self._to: dict[tuple[int, int], list[float]] = {}
+        # Each core's hold window: how long a line stays with it after its own exclusive operation on it
+        # when other cores want it. A transfer is a request reaching the holder, then the line reaching
+        # the requester; the model splits it evenly, so no request can take the line sooner than half
+        # the shortest transfer from this core to another core of the run (never, on a lone core).
+        # Without ``hold`` the line leaves as the operation ends: no operation is ever within a window.
+        away = latency * transfer_fraction
+        np.fill_diagonal(away, np.inf)
+        self.hold_ns = (away.min(axis=1) / 2).tolist() if hold else [-np.inf] * len(away)
 
     # The counters the memory model adds to a run's (the schedulers' own come on top).
     COUNTERS = ("atomics", "transfers", "cas_failures", "lost_reservations")

@@ -129,7 +129,7 @@ CASES: dict[str, Case] = {
     "machine/uniform-bad-cores": Case(run_args(machine="uniform:cores=many"), ("machine uniform", "cores='many'")),
     "whatif/unknown-base": Case(run_args(machine="scaled:base=xeon-bogus,sockets=16"), ("unknown machine", "xeon-bogus")),
     "whatif/scaled-without-base": Case(run_args(machine="scaled:sockets=16"), ("scaled", "base=")),
-    "whatif/scaled-too-many-cores": Case(run_args(machine="scaled:base=epyc-7742-2s,sockets=32"), ("2048 cores", "1024")),
+    "whatif/scaled-too-many-cores": Case(run_args(machine="scaled:base=epyc-7742-2s,sockets=257"), ("16448 cores", "16384")),
     "whatif/speed-zero": Case(run_args() + ["--set", "clock.core_speed=[[1, 0.0], [47, 1.0]]"],
                               ("clock.core_speed", "> 0", "got 0.0")),
     "whatif/speed-negative": machine_case(mutate(HASWELL, "[latency_ns]", "core_speed = [[27, 1.0], [1, -2]]\n\n"

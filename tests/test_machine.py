@@ -38,8 +38,8 @@ def test_uniform_machine_has_equidistant_cores_and_one_clock():
 
 
 @pytest.mark.parametrize("spec, needle", [
-    ("uniform:cores=0", "cores=0 must be in [1, 1024]"),
-    ("uniform:cores=2000", "cores=2000 must be in [1, 1024]"),
+    ("uniform:cores=0", "cores=0 must be in [1, 16384]"),
+    ("uniform:cores=16385", "cores=16385 must be in [1, 16384]"),
     ("uniform:latency_ns=-1", "latency_ns=-1.0 must be >= 0"),
     ("uniform:core=4", "unknown parameter 'core'"),
 ])
@@ -104,7 +104,7 @@ def raw(name="haswell-e5-2695v3"):
     (lambda d: d.pop("costs_ns"), r"missing section \[costs_ns\]"),
     (lambda d: d["latency_ns"].__setitem__("same_socket", float("nan")), "must be a finite number"),
     (lambda d: d["latency_ns"].__setitem__("same_socket", 1e300), "must be a finite number up to 1e\\+12"),
-    (lambda d: d["topology"].__setitem__("cores_per_socket", 5000), "at most 1024 are supported"),
+    (lambda d: d["topology"].__setitem__("cores_per_socket", 20000), "at most 16384 are supported"),
     (lambda d: d["coherence"].__setitem__("protocol", "magic"), "coherence.protocol"),
     (lambda d: d["coherence"].__setitem__("atomics", "llsc"),
      "coherence.atomics must be locked or reservation, got 'llsc'"),

@@ -279,3 +279,34 @@ def test_a_cores_columns_are_its_column_of_the_tables_and_made_once():
     assert mem.latencies_to(1) == [10.0, 0.0, 60.0] == [row[1] for row in mem.lat]
     assert mem.transfers_to(2) == [5.0, 10.0, 0.0] == [row[2] for row in mem.transfer]
     assert mem.transfers_to(2) is mem.transfers_to(2) and mem.latencies_to(2) is not mem.transfers_to(2)
+
+
+# Every scheduler family, on each kind of latencies: the run that works each latency out from the topology
+# (as a run of more than Memory.TABLE_CORES threads does) is the run with a table of every pair.
+UNTABLED_CASES = INLINE_CASES + [
+    ("cell-qs22", "lbs", "exp-inc:n=3000", 16),
+    ("cell-qs22", "distrib", "exp-inc:n=3000", 16),
+    ("scaled:base=epyc-7742-2s,sockets=1", "cilk", "exp-inc:n=3000", 40),
+    ("scaled:base=epyc-7742-2s,sockets=1", "hybrid", "exp-inc:n=3000", 24),
+    ("xeon-e5-4620", "fac2", "exp-dec:n=3000", 32),
+    ("xeon-e5-4620", "fg-tree", "exp-dec:n=3000", 32),
+    ("xeon-e7-4860v2", "static-steal", "exp-dec:n=3000", 48),
+]
+
+
+@pytest.mark.parametrize("machine, scheduler, workload, threads", UNTABLED_CASES)
+def test_latencies_worked_out_when_asked_charge_what_the_table_charges(monkeypatch, machine, scheduler, workload,
+                                                                        threads):
+    from simsched import memory
+    from simsched.engine import simulate
+
+    def run():
+        r = simulate(machine, scheduler, workload, threads, seed=5, repeat=2)
+        return r.makespan_ns, r.events, sorted(r.counters.items()), r.chunks.values.tolist()
+
+    table = run()
+    monkeypatch.setattr(memory.Memory, "TABLE_CORES", 0)
+    assert run() == table
+    if memory.speedups is not None:   # the Python columns, in SimPy's loop
+        monkeypatch.setattr(memory, "speedups", None)
+        assert run() == table

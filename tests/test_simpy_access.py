@@ -199,6 +199,25 @@ def test_the_compiled_event_loop_runs_what_simpy_runs_in_its_order(monkeypatch):
 
 
 @pytest.mark.skipif(memory.speedups is None, reason="the compiled loops are not built")
+def test_waits_left_by_a_compiled_run_are_simpys_to_run_next():
+    # A compiled run keeps its drivers' waits in a heap of its own; when it stops (here at 2.25, with
+    # waits of the driven worker still pending) they go back to SimPy's heap, numbered as they were.
+    def in_two(first, second):
+        def run(env, until):
+            first(env, env.timeout(2.25))
+            return second(env, until)
+        return run
+
+    def simpy(env, until):
+        return env.run(until=until)
+
+    reference = mixed_run(in_two(simpy, simpy))
+    assert mixed_run(in_two(memory.speedups.run, simpy)) == reference
+    assert mixed_run(in_two(memory.speedups.run, memory.speedups.run)) == reference
+    assert mixed_run(in_two(simpy, memory.speedups.run)) == reference
+
+
+@pytest.mark.skipif(memory.speedups is None, reason="the compiled loops are not built")
 @pytest.mark.parametrize("compiled", [True, False])
 def test_a_failing_process_ends_the_compiled_run_as_it_ends_simpys(monkeypatch, compiled):
     from simsched import engine

@@ -69,7 +69,7 @@ def test_a_scaled_machine_keeps_the_base_and_resizes_it():
     assert machine.latency[0, 1023] == base.latency[0, 47]   # every two sockets one hop apart, as the base
     assert load_machine("scaled:base=xeon-e7-4860v2,sockets=8,socket_links=ring").latency[0, 4 * 12] == 60 + 4 * 60
     for spec, message in (("scaled:sockets=2", "give the machine to scale"),
-                          ("scaled:base=epyc-7742-2s,sockets=17", "1088 cores"),
+                          ("scaled:base=epyc-7742-2s,sockets=257", "16448 cores"),
                           ("scaled:base=epyc-7742-2s,cores_per_socket=6", "core_groups.ccx")):
         with pytest.raises(SimschedError, match=message):
             load_machine(spec)

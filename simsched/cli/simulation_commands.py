@@ -40,6 +40,9 @@ def cmd_run(args) -> int:
     return 0
 
 
+LISTED_MATRIX_CORES = 1024
+
+
 def cmd_machines(args) -> int:
     from ..machine import builtin_machines, load_machine
 
@@ -58,7 +61,9 @@ def cmd_machines(args) -> int:
             print(json.dumps({"name": machine.name, "description": machine.description,
                               "cores": machine.cores, **{k: v for k, v in machine.data.items()
                                                          if not k.startswith("_")},
-                              "latency_matrix_ns": machine.latency.tolist(),
+                              # Every pair's latency up to a thousand cores (a 16,384-core table is 268M numbers).
+                              "latency_matrix_ns": (machine.latency.tolist()
+                                                    if machine.cores <= LISTED_MATRIX_CORES else None),
                               "defaults": {d: machine.setting(*d.split(".")) for d in machine.defaulted()}}))
         else:
             print(machine.describe())

@@ -13,6 +13,7 @@ from ..errors import SimschedError
 from ..hierarchy import Hierarchy, socket_hops
 from .overrides import format_setting
 from .schema import DEFAULTS, HOLDS, SCHEMA, _validate, core_speeds
+from .latencies import Latencies
 from .topology import Topology, _build_topology
 
 
@@ -23,20 +24,29 @@ class Machine:
     name: str
     description: str
     data: dict[str, Any] = field(repr=False)
-    latency: np.ndarray = field(repr=False)
+    # Every pair of cores' one-way latency, worked out when asked (``latency`` is the whole table).
+    latencies: "Latencies" = field(repr=False)
     links: "Topology" = field(repr=False)
     # Caches and DRAM, or None when the machine file describes none (no locality model then).
     hierarchy: "Hierarchy | None" = field(default=None, repr=False)
+    _latency: "np.ndarray | None" = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "<dict>") -> "Machine":
         """Validate a machine description (as parsed from TOML) and build its model."""
         _validate(data, source)
-        links, latency = _build_topology(data, source)
+        links, latencies = _build_topology(data, source)
         hierarchy = Hierarchy.from_machine_data(data, socket_hops(links, data["topology"]["sockets"]), source)
         name = data.get("name", Path(source).stem)
         return cls(name=name, description=data.get("description", ""), data=data,
-                   latency=latency, links=links, hierarchy=hierarchy)
+                   latencies=latencies, links=links, hierarchy=hierarchy)
+
+    @property
+    def latency(self) -> np.ndarray:
+        """The one-way latency matrix in ns, cores x cores (made when first asked for: 2 GB at 16,384 cores)."""
+        if self._latency is None:
+            self._latency = self.latencies.matrix()
+        return self._latency
 
     @property
     def graph(self):
@@ -197,14 +207,9 @@ class Machine:
         groups = t.get("core_groups", {})
         if groups:
             lines.append("  core groups: " + ", ".join(f"{name} of {size} cores" for name, size in groups.items()))
-        if self.cores > 1:
-            socket = np.arange(self.cores) // self.cores_per_socket
-            together = socket[:, None] == socket[None, :]
-            off_diagonal = ~np.eye(self.cores, dtype=bool)
-            for text, mask in (("within a socket", together & off_diagonal), ("across sockets", ~together)):
-                if mask.any():
-                    values = self.latency[mask]
-                    lines.append(f"  one-way latency {text}: {values.min():.1f}-{values.max():.1f} ns")
+        for text, values in zip(("within a socket", "across sockets"), self.latencies.spread()):
+            if values:
+                lines.append(f"  one-way latency {text}: {min(values):.1f}-{max(values):.1f} ns")
         speeds = self.core_speed
         if not np.all(speeds == 1.0):
             lines.append(f"  core speeds: {speeds.min():g}-{speeds.max():g} x nominal "

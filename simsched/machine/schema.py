@@ -107,7 +107,7 @@ HOLDS = ("request", "none")
 _HIERARCHY_SECTIONS = ("cache", "dram")
 # OS noise and late arrival ([noise]): checked in noise.py.
 _NOISE_SECTION = "noise"
-MAX_CORES = 1024
+MAX_CORES = 16384
 _REQUIRED_SECTIONS = ("topology", "clock", "latency_ns", "costs_ns")
 # What a machine file that leaves out [coherence] or [os] (or one of their keys) gets: shown
 # as "(default)" by ``simsched machines NAME``, so a what-if machine states only what it changes.

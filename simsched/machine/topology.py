@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import SimschedError
 from ..hierarchy import socket_hops
-from .latencies import _crossbar_latency, _is_matrix, _ring_latency
+from .latencies import Latencies, _is_matrix
 
 
 class Topology:
@@ -76,8 +76,8 @@ class Topology:
         return graph
 
 
-def _build_topology(data: dict[str, Any], source: str) -> tuple[Topology, np.ndarray]:
-    """The core/socket graph and the core-to-core one-way latency matrix it implies."""
+def _build_topology(data: dict[str, Any], source: str) -> tuple[Topology, Latencies]:
+    """The core/socket graph and the core-to-core one-way latencies it implies."""
     topo, lat = data["topology"], data["latency_ns"]
     sockets, per = topo["sockets"], topo["cores_per_socket"]
     n = sockets * per
@@ -137,8 +137,7 @@ def _build_topology(data: dict[str, Any], source: str) -> tuple[Topology, np.nda
         matrix = np.asarray(lat["matrix"], dtype=float) if _is_matrix(lat["matrix"], n) else None
         if matrix is None:
             raise SimschedError(f"{source}: latency_ns.matrix must be a {n}x{n} table of numbers >= 0")
-        return graph, matrix
+        return graph, Latencies.from_matrix(matrix)
     hops = socket_hops(graph, sockets)
-    matrix = _ring_latency(lat, sockets, per, hops) if ring else _crossbar_latency(lat, sockets, per, groups, hops)
-    np.fill_diagonal(matrix, 0.0)
-    return graph, matrix
+    return graph, (Latencies.ring(lat, sockets, per, hops) if ring
+                   else Latencies.crossbar(lat, sockets, per, groups, hops))

@@ -27,9 +27,7 @@ def cost_moments(loop) -> tuple[float, float]:
 def claim_ns(sim) -> float:
     """What one claim costs in the model when nobody else claims: the atomic, the chunk's dispatch, and the
     counter line's transfer from its last claimer (averaged over the pairs of the run's workers; none for P = 1)."""
-    transfer, threads = sim.memory.transfer, sim.threads
-    hops = [transfer[a][b] for a in range(threads) for b in range(threads) if a != b]
-    return sim.costs["atomic"] + sim.costs["chunk"] + (sum(hops) / len(hops) if hops else 0.0)
+    return sim.costs["atomic"] + sim.costs["chunk"] + sim.memory.mean_transfer()
 
 
 def _optional(name: str, rule: str, check, help: str) -> Param:

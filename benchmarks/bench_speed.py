@@ -120,7 +120,8 @@ def against(other: Path, rounds: int, repeats: int) -> None:
 # machine): a family whose events grow faster than P pays for something beyond its chunks.
 SCALING_THREADS = (256, 1024, 4096)
 SCALING_MACHINE = "uniform:cores=4096"
-SCALING = ["omp-dynamic:chunk=1", "omp-static", "fg-tree", "cilk", "hybrid", "stealing:chunk=1", "ich"]
+SCALING = ["omp-dynamic:chunk=1", "omp-static", "fg-tree", "cilk", "hybrid", "stealing:chunk=1", "ich",
+           "stealing:chunk=1,give_up=16", "ich:give_up=16"]   # the other give-up rule: linear
 
 
 def events_per_loop() -> None:

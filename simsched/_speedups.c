@@ -827,12 +827,14 @@ static PyObject *draws(PyObject *module, PyObject *args) {
 
 /* What a thief needs to take its steal attempts itself (Stealing.attempt and Stealing.steal): the run's bit
  * generator, every queue's lock and bounds lines, the transfer time and latency of a line from each core to
- * this one, the smallest half worth stealing (``least``: a number, or ``least(w)`` to call), and what a
- * successful attempt calls to finish the steal (``split(v, value, half, t)``: (stolen, when done)). */
+ * this one, the smallest half worth stealing (``least``: a number, or ``least(w)`` to call), what a
+ * successful attempt calls to finish the steal (``split(v, value, half, t)``: (stolen, when done)), and how
+ * many failed attempts in a row draw their victims at random before the others sweep the queues in turn. */
 typedef struct {
     PyObject *generator, *locks, *queues, *into, *lat, *least, *split, *notify, *one;
     bitgen_t *bitgen;
     long long least_value;   /* -1: call least */
+    long long patience;
 } Thief;
 
 static void Thief_clear(Thief *thief) {
@@ -843,12 +845,17 @@ static void Thief_clear(Thief *thief) {
 
 static int Thief_init(Thief *thief, PyObject *spec, long long threads) {
     PyObject *generator, *locks, *queues, *into, *lat, *least, *split, *notify;
-    if (!PyArg_ParseTuple(spec, "OOOOOOOO:thief", &generator, &locks, &queues, &into, &lat, &least, &split, &notify))
+    if (!PyArg_ParseTuple(spec, "OOOOOOOOL:thief", &generator, &locks, &queues, &into, &lat, &least, &split, &notify,
+                          &thief->patience))
         return -1;
     if (!PyList_Check(locks) || !PyList_Check(queues) || !PySequence_Check(into) || !PySequence_Check(lat)
         || PyList_GET_SIZE(locks) != threads || PyList_GET_SIZE(queues) != threads) {
         PyErr_SetString(PyExc_TypeError,
                         "thief: locks and queues must be lists, a lock and queue a thread; into and lat sequences");
+        return -1;
+    }
+    if (thief->patience < 0) {
+        PyErr_SetString(PyExc_ValueError, "thief: patience must be at least 0");
         return -1;
     }
     if (threads < 1 || threads - 1 > (long long)UINT32_MAX) {   /* one thread alone never steals */
@@ -995,13 +1002,14 @@ static int own_take(Steals *self, long long *lo, long long *hi) {
 }
 
 /* One steal attempt at self->t after self->failures failed ones in a row, as Stealing.attempt takes it: the
- * first P - 1 victims drawn at random, then each other queue in turn. *got: the iterations stolen; self->t:
- * when the thief is done. A failed attempt is taken here whole; a successful one calls split to finish. */
+ * first ``patience`` victims drawn at random among the P - 1 others, then each other queue in turn. *got: the
+ * iterations stolen; self->t: when the thief is done. A failed attempt is taken here whole; a successful one
+ * calls split to finish. */
 static int Steals_attempt(Steals *self, long long *got) {
     Thief *thief = &self->thief;
-    long long w = self->w, patience = self->threads - 1, v, begin, end;
+    long long w = self->w, patience = thief->patience, v, begin, end;
     if (self->failures < patience) {
-        v = draw_below(thief->bitgen, (uint32_t)patience);
+        v = draw_below(thief->bitgen, (uint32_t)(self->threads - 1));
         v += v >= w;
     } else {
         v = (w + 1 + self->failures - patience) % self->threads;
@@ -1944,7 +1952,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
         || PyModule_AddObjectRef(m, "steals", (PyObject *)&StealsType) < 0
         || PyModule_AddObjectRef(m, "Driver", (PyObject *)&DriverType) < 0
         || PyModule_AddObjectRef(m, "Column", (PyObject *)&ColumnType) < 0
-        || PyModule_AddIntConstant(m, "INTERFACE", 5) < 0) {
+        || PyModule_AddIntConstant(m, "INTERFACE", 6) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -61,7 +61,7 @@ try:
 except ImportError:
     speedups = None
 else:
-    if getattr(speedups, "INTERFACE", None) == 5:
+    if getattr(speedups, "INTERFACE", None) == 6:
         speedups.bind_clock(clock_slot())  # they read the run's clock where SimPy keeps it
         speedups.bind_events(*event_slots(), NORMAL, StopSimulation)  # and step its events (engine.run_until)
     else:  # built from an older source: its loops take other arguments, or read the clock elsewhere

@@ -45,6 +45,37 @@ def test_idle_worker_steals_back_half_of_unstarted_iterations():
     assert r.counters["chunks"] == len(chunks) == 10
 
 
+def test_with_give_up_a_thief_stops_after_that_many_failures_in_a_row():
+    # The same loop as above: worker 1's one steal, then K failed attempts in a row on each worker.
+    r = simsched.simulate(toy_machine(cores=2), "stealing:chunk=2,give_up=3", [1000.0] * 10 + [1.0] * 10, 2)
+    assert r.counters["steals"] == 1
+    assert r.counters["steal_attempts"] == 1 + 2 * 3
+    assert sorted((lo, hi) for _, lo, hi in owned(r)) == [(i, i + 2) for i in range(0, 20, 2)]
+
+
+@pytest.mark.parametrize("scheduler", ["stealing:chunk=1,give_up=8", "ich:give_up=8"])
+def test_with_give_up_a_loops_end_costs_events_linear_in_the_threads(scheduler):
+    # Against 2P(P - 1) failed attempts with the default rule (10,224 at 72 threads, 41,184 at 144).
+    events = {}
+    for threads in (36, 72, 144):
+        r = simsched.simulate("uniform:cores=144", scheduler, f"uforall:n={16 * threads}", threads, seed=2)
+        covered = np.zeros(16 * threads, dtype=int)
+        for lo, hi in zip(r.chunks["lo"], r.chunks["hi"]):
+            covered[lo:hi] += 1
+        assert (covered == 1).all()
+        events[threads] = r.events / threads
+    assert events[144] < 1.3 * events[36]
+    default = simsched.simulate("uniform:cores=144", scheduler.split(",")[0].split(":")[0], "uforall:n=2304", 144,
+                                seed=2)
+    assert default.events > 5 * events[144] * 144
+
+
+def test_give_up_must_be_a_positive_count():
+    for spec in ("stealing:give_up=0", "ich:give_up=-1"):
+        with pytest.raises(SimschedError, match="give_up=.* must be >= 1"):
+            simsched.get_scheduler(spec)
+
+
 def test_steal_costs_come_from_line_traffic():
     # Toy latencies: one transfer 50 ns, atomic 10, store 1, no chunk or steal cost.
     r = simsched.simulate(toy_machine(cores=2), "stealing:chunk=2", [1000.0] * 10 + [1.0] * 10, 2)

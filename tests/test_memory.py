@@ -201,6 +201,8 @@ INLINE_CASES = [
     ("cell-qs22", "stealing", "exp-inc:n=3000", 16),
     ("cell-qs22", "ich", "exp-dec:n=3000", 16),
     ("haswell-e5-2695v3", "ich:mu_every=3", "exp-dec:n=3000", 28),   # reads of the counters every third chunk
+    ("haswell-e5-2695v3", "stealing:chunk=2,give_up=5", "exp-inc:n=3000", 28),   # random victims only
+    ("haswell-e5-2695v3", "ich:give_up=3", "exp-dec:n=3000", 28),
     ("uniform", "ich", "exp-dec:n=3000", 16),   # no caches described: the counters are read one after another
     # Chunks with data, timed by the compiled data path and the claim or steal loop's call of chunk_time.
     ("haswell-e5-2695v3", "ich:eps=0.5", "spmv:matrix=powerlaw,iters=2", 28),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..spec import Param
 from .base import STEALING_COUNTERS
 from .static import BARRIER_PARAM
-from .stealing import Stealing
+from .stealing import GIVE_UP_PARAM, Stealing
 
 
 class ICh(Stealing):
@@ -22,7 +22,7 @@ class ICh(Stealing):
               "mu_every": Param("mu_every", int, 1, lambda v: v >= 1, ">= 1",
                                 help="a worker reads every thread's k and classifies itself after every "
                                      "mu_every-th chunk of its own (1: after each chunk)"),
-              "barrier": BARRIER_PARAM}
+              "give_up": GIVE_UP_PARAM, "barrier": BARRIER_PARAM}
 
     def min_chunks(self, n, threads):
         return min(n, threads)  # at least one chunk within each block dealt; their sizes adapt

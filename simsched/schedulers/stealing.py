@@ -13,7 +13,10 @@ well the load is balanced, never whether every iteration runs. A thief stops aft
 P - 1 consecutive failed random attempts followed by one sweep over every other queue
 in order (starting after its own) in which every attempt fails too; any success resets
 the count. That costs 2(P - 1) failed attempts per thread at the end of a loop and no
-shared state.
+shared state, and 2P(P - 1) attempts in all, each an event: at thousands of threads the end of
+a loop costs more events than its chunks. ``give_up=K`` is the other choice, which no
+publication describes either: a thief stops after K failed attempts in a row, every victim
+drawn at random (no sweep), so a loop's end costs at most K P attempts.
 """
 
 from __future__ import annotations
@@ -32,6 +35,11 @@ def give_up_after(threads: int) -> int:
     return 2 * (threads - 1)
 
 
+GIVE_UP_PARAM = Param("give_up", int, None, lambda v: v >= 1, ">= 1",
+                      help="failed steal attempts in a row after which a thief stops, every victim drawn at random "
+                           "(default: P - 1 random ones, then a sweep of every other queue: 2(P - 1))")
+
+
 class Stealing(FullBarriers):
     """Per-thread queues of contiguous blocks: owners take fixed chunks, thieves take half the rest."""
 
@@ -40,7 +48,7 @@ class Stealing(FullBarriers):
     name = "stealing"
     summary = "chunked work stealing: per-thread blocks, random victims lose the back half"
     PARAMS = {"chunk": Param("chunk", int, 1, lambda v: v >= 1, ">= 1", help="iterations per chunk"),
-              "barrier": BARRIER_PARAM}
+              "give_up": GIVE_UP_PARAM, "barrier": BARRIER_PARAM}
 
     def setup(self, sim):
         super().setup(sim)
@@ -79,6 +87,11 @@ class Stealing(FullBarriers):
         """Iterations the owner takes from a queue with ``left`` unstarted."""
         return self.params["chunk"]
 
+    def give_up(self, threads):
+        """(failed attempts in a row after which a thief stops, how many of them draw their victims at random)."""
+        given = self.params.get("give_up")
+        return (give_up_after(threads), threads - 1) if given is None else (given, given)
+
     def least(self, w):
         """The smallest half worth stealing (here one chunk): a steal that would get less fails."""
         return self.params["chunk"]
@@ -102,7 +115,7 @@ class Stealing(FullBarriers):
             return None
         least = self.params["chunk"] if policy.least is Stealing.least else self.least
         return (sim.rng.bit_generator, self.lock, self.queue, mem.transfers_to(w),
-                mem.latencies_to(w), least, partial(self.split, sim, w), mem._notify)
+                mem.latencies_to(w), least, partial(self.split, sim, w), mem._notify, self.give_up(sim.threads)[1])
 
     # -- the algorithm --------------------------------------------------------------------------
     def share(self, sim, w, index):
@@ -123,7 +136,7 @@ class Stealing(FullBarriers):
         fixed = self.params["chunk"] if policy.chunk_size is Stealing.chunk_size else 0
         extra = self.extra if policy.extra is not Stealing.extra else None
         report = partial(self.report, sim, w) if policy.report is not Stealing.report else None
-        return speedups.steals(sim.env, w, index, sim.threads, give_up_after(sim.threads), self.lock[w],
+        return speedups.steals(sim.env, w, index, sim.threads, self.give_up(sim.threads)[0], self.lock[w],
                                self.queue[w], mem.atomic_ns, mem.store_ns, fixed, self.chunk_size, extra, report,
                                partial(self.take, sim, w), partial(self.attempt, sim, w), sim.charged,
                                partial(self.finished, sim, w), sim.time["schedule"], sim.time["compute"],
@@ -152,7 +165,7 @@ class Stealing(FullBarriers):
         fixed = self.params["chunk"] if policy.chunk_size is Stealing.chunk_size else 0
         publishes = policy.extra is not Stealing.extra
         own_takes = 0
-        give_up = give_up_after(threads)
+        give_up = self.give_up(threads)[0]
         chunks = attempts = steals = failures = 0
         size = 0                        # the chunk that just ended (0: none)
         empty = False
@@ -218,12 +231,13 @@ class Stealing(FullBarriers):
     def attempt(self, sim, w, failures, at):
         """One steal attempt at ``at`` after ``failures`` failed ones in a row: (iterations stolen, when done).
 
-        The first P - 1 victims in a row are drawn at random; then each other queue in turn.
+        The first P - 1 victims in a row are drawn at random; then each other queue in turn (with
+        ``give_up``, every victim at random).
         """
         threads = sim.threads
-        patience = threads - 1
+        patience = self.give_up(threads)[1]
         if failures < patience:
-            v = int(sim.rng.integers(patience))
+            v = int(sim.rng.integers(threads - 1))
             v += v >= w
         else:
             v = (w + 1 + failures - patience) % threads

@@ -13,6 +13,7 @@
 #include <Python.h>
 
 #include <structmember.h>
+#include <limits.h>
 #include <stdint.h>
 
 /* The simulation clock: a slot of the run's environment (simsched.simpy_access.Environment), which
@@ -1306,6 +1307,61 @@ static int check_events(PyObject *env) {
     return -1;
 }
 
+/* The event numbers of a simulation's environment (its _eid): itertools.count() with the count in C, so that
+ * the compiled loop numbers a wait without making a Python int. */
+typedef struct {
+    PyObject_HEAD
+    long long next;
+} Numbers;
+
+static PyObject *Numbers_next(Numbers *self) {
+    if (self->next == LLONG_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "the event numbering ran out");
+        return NULL;
+    }
+    return PyLong_FromLongLong(self->next++);
+}
+
+static PyObject *Numbers_repr(Numbers *self) { return PyUnicode_FromFormat("Numbers(%lld)", self->next); }
+
+static PyTypeObject NumbersType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "simsched._speedups.Numbers",
+    .tp_basicsize = sizeof(Numbers),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = PyDoc_STR("Event numbers from 0, as itertools.count() gives them, counted in C."),
+    .tp_new = PyType_GenericNew,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)Numbers_next,
+    .tp_repr = (reprfunc)Numbers_repr,
+};
+
+/* next(the environment's event numbers) as a C number; -1 with an error set. */
+static long long next_number_value(PyObject *env) {
+    PyObject *eids = *slot_of(env, eid_offset);
+    if (eids != NULL && Py_IS_TYPE(eids, &NumbersType)) {
+        Numbers *numbers = (Numbers *)eids;
+        if (numbers->next == LLONG_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "the event numbering ran out");
+            return -1;
+        }
+        return numbers->next++;
+    }
+    if (eids == NULL || !PyIter_Check(eids)) {
+        PyErr_SetString(PyExc_TypeError, "the environment has no event numbering");
+        return -1;
+    }
+    PyObject *number = Py_TYPE(eids)->tp_iternext(eids);
+    if (number == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "the event numbering ran out");
+        return -1;
+    }
+    long long value = PyLong_AsLongLong(number);
+    Py_DECREF(number);
+    if (value < 0 && !PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a negative event number");
+    return value;
+}
+
 /* next(the environment's event numbers): a new reference, or NULL with an error set. */
 static PyObject *next_number(PyObject *env) {
     PyObject *eids = *slot_of(env, eid_offset), *number;
@@ -1597,6 +1653,35 @@ static int Driver_finish(Driver *self) {
  * it may have other callbacks still to run. */
 static unsigned long passes;   /* waits passed without the queue, for the check for signals */
 
+/* Whether a wait until *at (or at_value, while *at is NULL and the time is an exact float) ends before the
+ * first event of the environment's list and of its waits; -1 with an error set. Makes *at where a time of
+ * another kind has to be compared as Python compares it. */
+static int ends_first(PyObject *heap, Waits *waits, PyObject **at, double at_value, int exact) {
+    int sooner = 1;
+    if (PyList_GET_SIZE(heap)) {
+        PyObject *first = PyList_GET_ITEM(heap, 0), *t;
+        if (!PyTuple_Check(first) || PyTuple_GET_SIZE(first) < 1) {
+            PyErr_SetString(PyExc_TypeError, "an event heap entry is not a tuple");
+            return -1;
+        }
+        t = PyTuple_GET_ITEM(first, 0);
+        if (exact && PyFloat_CheckExact(t)) {
+            sooner = at_value < PyFloat_AS_DOUBLE(t);
+        } else {
+            if (*at == NULL && (*at = PyFloat_FromDouble(at_value)) == NULL) return -1;
+            sooner = PyObject_RichCompareBool(*at, t, Py_LT);
+        }
+        if (sooner <= 0) return sooner;
+    }
+    if (waits->size) {   /* only floats are in the waits */
+        if (exact) return at_value < waits->items[0].t;
+        PyObject *t = PyFloat_FromDouble(waits->items[0].t);
+        sooner = t == NULL ? -1 : PyObject_RichCompareBool(*at, t, Py_LT);
+        Py_XDECREF(t);
+    }
+    return sooner;
+}
+
 static int Driver_step(Driver *self, int passed) {
     PyObject *env = self->env;
     Waits *waits = self->waits;
@@ -1604,67 +1689,46 @@ static int Driver_step(Driver *self, int passed) {
     for (;;) {
         PyObject *when = advance(self->steps);
         if (when == NULL) return Driver_finish(self);
-        PyObject *at = wait_time(env, when);
-        Py_DECREF(when);
-        if (at == NULL) return -1;
-        PyObject *heap = *slot_of(env, heap_offset);
+        PyObject *heap = *slot_of(env, heap_offset), *now = *slot_of(env, clock_offset), *at = NULL;
         if (heap == NULL || !PyList_CheckExact(heap)) {
-            Py_DECREF(at);
+            Py_DECREF(when);
             PyErr_SetString(PyExc_TypeError, "the environment has no event heap");
             return -1;
         }
-        int exact = PyFloat_CheckExact(at);
+        double at_value = 0.0;
+        int exact = now != NULL && PyFloat_CheckExact(now) && PyFloat_CheckExact(when);
+        if (exact) {   /* wait_time's arithmetic, without a float object until one is needed */
+            double n = PyFloat_AS_DOUBLE(now), delay = PyFloat_AS_DOUBLE(when) - n;
+            at_value = delay > 0 ? n + delay : n;
+        } else if ((at = wait_time(env, when)) == NULL) {
+            Py_DECREF(when);
+            return -1;
+        }
+        Py_DECREF(when);
         if (passed) {
-            int sooner = 1;
-            if (PyList_GET_SIZE(heap)) {
-                PyObject *first = PyList_GET_ITEM(heap, 0), *t;
-                if (!PyTuple_Check(first) || PyTuple_GET_SIZE(first) < 1) {
-                    Py_DECREF(at);
-                    PyErr_SetString(PyExc_TypeError, "an event heap entry is not a tuple");
-                    return -1;
-                }
-                t = PyTuple_GET_ITEM(first, 0);
-                sooner = exact && PyFloat_CheckExact(t)
-                         ? PyFloat_AS_DOUBLE(at) < PyFloat_AS_DOUBLE(t) : PyObject_RichCompareBool(at, t, Py_LT);
-                if (sooner < 0) {
-                    Py_DECREF(at);
-                    return -1;
-                }
-            }
-            if (sooner && waits->size) {   /* only floats are in the waits */
-                if (exact) {
-                    sooner = PyFloat_AS_DOUBLE(at) < waits->items[0].t;
-                } else {
-                    PyObject *t = PyFloat_FromDouble(waits->items[0].t);
-                    sooner = t == NULL ? -1 : PyObject_RichCompareBool(at, t, Py_LT);
-                    Py_XDECREF(t);
-                }
-                if (sooner < 0) {
-                    Py_DECREF(at);
-                    return -1;
-                }
+            int sooner = ends_first(heap, waits, &at, at_value, exact);
+            if (sooner < 0) {
+                Py_XDECREF(at);
+                return -1;
             }
             if (sooner) {
-                PyObject *number = next_number(env);   /* numbered as if scheduled */
-                if (number == NULL) {
-                    Py_DECREF(at);
+                if (next_number_value(env) < 0) {   /* numbered as if scheduled */
+                    Py_XDECREF(at);
                     return -1;
                 }
-                Py_DECREF(number);
+                if (at == NULL && (at = PyFloat_FromDouble(at_value)) == NULL) return -1;
                 Py_XSETREF(*slot_of(env, clock_offset), at);
                 if ((++passes & 1023) == 0 && PyErr_CheckSignals() < 0) return -1;   /* a worker alone, for long */
                 continue;
             }
         }
         if (waits->active && exact) {
-            PyObject *number = next_number(env);
-            long long n = number == NULL ? -1 : PyLong_AsLongLong(number);
-            Py_XDECREF(number);
-            double t = PyFloat_AS_DOUBLE(at);
-            Py_DECREF(at);
-            if (n == -1 && PyErr_Occurred()) return -1;
-            return waits_push(waits, t, n, (PyObject *)self);
+            Py_XDECREF(at);   /* made only to compare with a time of another kind */
+            long long n = next_number_value(env);
+            if (n < 0) return -1;
+            return waits_push(waits, at_value, n, (PyObject *)self);
         }
+        if (at == NULL && (at = PyFloat_FromDouble(at_value)) == NULL) return -1;
         return schedule(env, at, normal_priority, (PyObject *)self);
     }
 }
@@ -1938,7 +2002,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__speedups(void) {
     if (PyType_Ready(&ClaimsType) < 0 || PyType_Ready(&StealsType) < 0 || PyType_Ready(&DriverType) < 0
-        || PyType_Ready(&ColumnType) < 0 || PyType_Ready(&WaitsType) < 0)
+        || PyType_Ready(&ColumnType) < 0 || PyType_Ready(&WaitsType) < 0 || PyType_Ready(&NumbersType) < 0)
         return NULL;
     if ((str_callbacks = PyUnicode_InternFromString("callbacks")) == NULL
         || (str_ok = PyUnicode_InternFromString("_ok")) == NULL
@@ -1952,6 +2016,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
         || PyModule_AddObjectRef(m, "steals", (PyObject *)&StealsType) < 0
         || PyModule_AddObjectRef(m, "Driver", (PyObject *)&DriverType) < 0
         || PyModule_AddObjectRef(m, "Column", (PyObject *)&ColumnType) < 0
+        || PyModule_AddObjectRef(m, "Numbers", (PyObject *)&NumbersType) < 0
         || PyModule_AddIntConstant(m, "INTERFACE", 6) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -199,6 +199,22 @@ def test_the_compiled_event_loop_runs_what_simpy_runs_in_its_order(monkeypatch):
 
 
 @pytest.mark.skipif(memory.speedups is None, reason="the compiled loops are not built")
+def test_a_simulations_event_numbers_are_counted_as_simpys_count():
+    numbers = memory.speedups.Numbers()
+    assert iter(numbers) is numbers and [next(numbers) for _ in range(3)] == [0, 1, 2]
+    assert repr(numbers) == "Numbers(3)"
+    from simsched.engine import simulate
+    compiled = simulate("uniform:cores=4", "omp-dynamic", "uniform:n=200", 4, seed=1)
+    monkey = memory.speedups
+    try:
+        memory.speedups = None   # SimPy's count() and loop
+        reference = simulate("uniform:cores=4", "omp-dynamic", "uniform:n=200", 4, seed=1)
+    finally:
+        memory.speedups = monkey
+    assert compiled.events == reference.events and compiled.makespan_ns == reference.makespan_ns
+
+
+@pytest.mark.skipif(memory.speedups is None, reason="the compiled loops are not built")
 def test_waits_left_by_a_compiled_run_are_simpys_to_run_next():
     # A compiled run keeps its drivers' waits in a heap of its own; when it stops (here at 2.25, with
     # waits of the driven worker still pending) they go back to SimPy's heap, numbered as they were.

@@ -94,9 +94,10 @@ class Simulation:
         self.env = Environment()
         # The compiled run's heap of the drivers' waits (beside SimPy's): a wait passed without the queue
         # must end before its first too. None without the compiled loops.
-        self.driven = None if memory.speedups is None else memory.speedups.waits(self.env)
-        if memory.speedups is not None:   # the event numbers counted in C (still from 0, as SimPy's count())
-            self.env.event_ids = memory.speedups.Numbers()
+        self.driven = None
+        if memory.speedups is not None:
+            self.driven = memory.speedups.waits(self.env)
+            self.env.event_ids = memory.speedups.Numbers()   # counted in C, from 0 as SimPy's count()
         self.cores = machine.placement(self.threads)
         self.costs = machine.costs
         self.counters: Counter = Counter()

@@ -210,16 +210,22 @@ INLINE_CASES = [
 ]
 
 
+def outcome(machine, scheduler, workload, threads):
+    """Everything a run gives that the ways of running it must agree on, its timeline included."""
+    from simsched.engine import simulate
+
+    r = simulate(machine, scheduler, workload, threads, seed=5, repeat=2, timeline=True)
+    return (r.makespan_ns, r.events, sorted(r.counters.items()), r.loop_ns,
+            {state: list(times) for state, times in r.state_ns.items()}, r.chunks.values.tolist(),
+            r.segments.values.tolist())
+
+
 @pytest.mark.parametrize("machine, scheduler, workload, threads", INLINE_CASES)
 def test_hot_loops_issue_their_line_operations_as_memory_does(monkeypatch, machine, scheduler, workload, threads):
     from simsched import locality, memory
-    from simsched.engine import simulate
 
     def run():
-        r = simulate(machine, scheduler, workload, threads, seed=5, repeat=2, timeline=True)
-        return (r.makespan_ns, r.events, sorted(r.counters.items()), r.loop_ns,
-                {state: list(times) for state, times in r.state_ns.items()}, r.chunks.values.tolist(),
-                r.segments.values.tolist())
+        return outcome(machine, scheduler, workload, threads)
 
     inline = run()
     if locality.compiled is not None:   # the data model's compiled path, then its Python one
@@ -300,15 +306,10 @@ UNTABLED_CASES = INLINE_CASES + [
 def test_latencies_worked_out_when_asked_charge_what_the_table_charges(monkeypatch, machine, scheduler, workload,
                                                                         threads):
     from simsched import memory
-    from simsched.engine import simulate
 
-    def run():
-        r = simulate(machine, scheduler, workload, threads, seed=5, repeat=2)
-        return r.makespan_ns, r.events, sorted(r.counters.items()), r.chunks.values.tolist()
-
-    table = run()
+    table = outcome(machine, scheduler, workload, threads)
     monkeypatch.setattr(memory.Memory, "TABLE_CORES", 0)
-    assert run() == table
+    assert outcome(machine, scheduler, workload, threads) == table
     if memory.speedups is not None:   # the Python columns, in SimPy's loop
         monkeypatch.setattr(memory, "speedups", None)
-        assert run() == table
+        assert outcome(machine, scheduler, workload, threads) == table
